@@ -1,0 +1,55 @@
+"""The plancast wire contract: typed messages, subject names and JSON Schema. No I/O."""
+
+from ._base import SCHEMA_VERSION as SCHEMA_VERSION
+from ._base import Message as Message
+from ._base import ObjectRef as ObjectRef
+from ._base import Usage as Usage
+from .codec import decode as decode
+from .codec import decoder_for as decoder_for
+from .codec import encode as encode
+from .events import TERMINAL_EVENTS as TERMINAL_EVENTS
+from .events import CriticVerdict as CriticVerdict
+from .events import Event as Event
+from .events import PlanFinished as PlanFinished
+from .events import PlanRejected as PlanRejected
+from .events import PlanStarted as PlanStarted
+from .events import ReplanStarted as ReplanStarted
+from .events import RunEvent as RunEvent
+from .events import RunFailed as RunFailed
+from .events import RunFinished as RunFinished
+from .events import RunStarted as RunStarted
+from .events import StepDispatched as StepDispatched
+from .events import StepFailed as StepFailed
+from .events import StepFinished as StepFinished
+from .events import StepPlanned as StepPlanned
+from .events import StepStarted as StepStarted
+from .events import UsageRecorded as UsageRecorded
+from .messages import ActorError as ActorError
+from .messages import Heartbeat as Heartbeat
+from .messages import ReplanRequest as ReplanRequest
+from .messages import ReviewTask as ReviewTask
+from .messages import RunAccepted as RunAccepted
+from .messages import RunId as RunId
+from .messages import RunRejected as RunRejected
+from .messages import RunRequest as RunRequest
+from .messages import StepResult as StepResult
+from .messages import StepTask as StepTask
+from .messages import SynthesisDecision as SynthesisDecision
+from .messages import SynthesisTask as SynthesisTask
+from .messages import Verdict as Verdict
+from .plan import Plan as Plan
+from .plan import Step as Step
+from .plan import StepId as StepId
+from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES
+from .schema import json_schema as json_schema
+from .subjects import DEFAULT_PREFIX as DEFAULT_PREFIX
+from .subjects import InvalidSubjectToken as InvalidSubjectToken
+from .subjects import Stream as Stream
+from .subjects import Verb as Verb
+from .subjects import objects_bucket as objects_bucket
+from .subjects import runs_bucket as runs_bucket
+from .subjects import stream_name as stream_name
+from .subjects import subject as subject
+from .subjects import validate_token as validate_token
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,149 @@
+"""A run's progress events, published in order on ``<prefix>.event.<run_id>``.
+
+Every event carries the run id, a per-run sequence number starting at 1 with no gaps,
+and the time it was recorded, so a subscriber can replay a run and know it missed
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._base import Message, Usage
+from .messages import RunId
+from .plan import Step, StepId
+
+
+class Event(Message, frozen=True, kw_only=True):
+    """Fields shared by every run event."""
+
+    run_id: RunId
+    """The run."""
+    seq: int = 0
+    """1, 2, 3 ... per run, assigned when the event is published."""
+    ts: float = 0.0
+    """Unix time the event was recorded."""
+
+
+class RunStarted(Event, frozen=True, kw_only=True, tag="event.run.started"):
+    goal: str
+    """The run's goal."""
+    planner: str = ""
+    """The planner instance that owns the run."""
+
+
+class PlanStarted(Event, frozen=True, kw_only=True, tag="event.plan.started"):
+    round: int
+    """0 for the first plan, n for the n-th replan."""
+    model: str = ""
+    """The planner's model (labelled ``scripted`` when the scripted server answers)."""
+
+
+class StepPlanned(Event, frozen=True, kw_only=True, tag="event.step.planned"):
+    round: int
+    """The plan round that produced it."""
+    step: Step
+    """The step, as validated."""
+
+
+class PlanRejected(Event, frozen=True, kw_only=True, tag="event.plan.rejected"):
+    round: int
+    """The plan round."""
+    error: str
+    """What was wrong with the plan."""
+    retrying: bool
+    """True if the planner asks its model again with the error."""
+
+
+class PlanFinished(Event, frozen=True, kw_only=True, tag="event.plan.finished"):
+    round: int
+    """The plan round."""
+    steps: int
+    """Steps in this round."""
+
+
+class StepDispatched(Event, frozen=True, kw_only=True, tag="event.step.dispatched"):
+    step_id: StepId
+    role: str
+    attempt: int
+
+
+class StepStarted(Event, frozen=True, kw_only=True, tag="event.step.started"):
+    step_id: StepId
+    attempt: int
+    executor: str
+    """The instance running it."""
+
+
+class StepFinished(Event, frozen=True, kw_only=True, tag="event.step.finished"):
+    step_id: StepId
+    attempt: int
+    output: str
+    """The output, shortened for display when long."""
+    executor: str = ""
+    duration: float = 0.0
+    """Seconds the executor spent."""
+
+
+class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
+    step_id: StepId
+    attempt: int
+    error: str
+    will_retry: bool
+    """True if another attempt follows; False if the step is given up."""
+
+
+class CriticVerdict(Event, frozen=True, kw_only=True, tag="event.critic.verdict"):
+    step_id: StepId
+    attempt: int
+    approved: bool
+    critique: str = ""
+
+
+class UsageRecorded(Event, frozen=True, kw_only=True, tag="event.usage"):
+    source: str
+    """Who spent it: ``planner``, ``step:3``, ``critic:3``, ``synthesizer``."""
+    usage: Usage
+    total: Usage
+    """The run's total so far."""
+
+
+class ReplanStarted(Event, frozen=True, kw_only=True, tag="event.replan"):
+    round: int
+    """The new round's number."""
+    reason: str
+    source: str
+
+
+class RunFinished(Event, frozen=True, kw_only=True, tag="event.run.finished"):
+    answer: str
+    usage: Usage = Usage()
+    """The run's total usage."""
+
+
+class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
+    reason: str
+    """Why the run cannot finish, and what to change."""
+    stage: Literal["plan", "execute", "synthesize", "runtime"] = "runtime"
+    usage: Usage = Usage()
+
+
+RunEvent = (
+    RunStarted
+    | PlanStarted
+    | StepPlanned
+    | PlanRejected
+    | PlanFinished
+    | StepDispatched
+    | StepStarted
+    | StepFinished
+    | StepFailed
+    | CriticVerdict
+    | UsageRecorded
+    | ReplanStarted
+    | RunFinished
+    | RunFailed
+)
+"""Every event a run can publish; decode with ``decoder_for(RunEvent)``."""
+
+TERMINAL_EVENTS = (RunFinished, RunFailed)

@@ -1,0 +1,223 @@
+"""Work and control messages: what actors send each other."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from ._base import Message, ObjectRef, Usage
+from .plan import Plan, Step, StepId
+
+RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""A run's id; also a subject token, so letters, digits, ``_`` and ``-`` only."""
+
+
+class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
+    """A client asks for a goal to be planned and run (request/reply on ``run.submit``)."""
+
+    goal: Annotated[str, msgspec.Meta(min_length=1, max_length=20_000)]
+    """What the team should achieve, in natural language."""
+    run_id: RunId | None = None
+    """Chosen by the client to make the submit idempotent; the planner picks one if None."""
+    max_replans: Annotated[int, msgspec.Meta(ge=0, le=10)] = 1
+    """Replan rounds allowed after the first plan."""
+    max_steps: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 64
+    """Most steps one plan may have."""
+
+
+class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):
+    """The reply to a RunRequest that the planner took on."""
+
+    run_id: RunId
+    """The run's id."""
+    events_subject: str
+    """Where the run's progress events are published (and replayable from)."""
+
+
+class RunRejected(Message, frozen=True, kw_only=True, tag="run.rejected"):
+    """The reply to a RunRequest that could not be accepted."""
+
+    reason: str
+    """Why, and what to change."""
+
+
+class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
+    """A step handed to an executor of ``step.role`` (on ``<prefix>.step.<role>``)."""
+
+    run_id: RunId
+    """The run the step belongs to."""
+    goal: str
+    """The run's goal, as context for agent steps."""
+    step: Step
+    """The step to run."""
+    attempt: int = 1
+    """1 for the first try; a result for an older attempt is stale and ignored."""
+    deadline: float = 0.0
+    """Unix time after which the result is no longer wanted (0 = none)."""
+    inputs: dict[int, str] = {}
+    """Outputs of the steps this one depends on, by step id (``$N`` already substituted)."""
+    input_refs: dict[int, ObjectRef] = {}
+    """Dependency outputs too large for a message, by step id."""
+    feedback: str = ""
+    """The critic's critique of the previous attempt, when it was rejected."""
+
+
+class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
+    """An executor's outcome for one attempt of one step."""
+
+    run_id: RunId
+    """The run the step belongs to."""
+    step_id: StepId
+    """The step."""
+    attempt: int
+    """The attempt this outcome is for."""
+    ok: bool
+    """True if the step produced an output; False if it failed."""
+    output: str | None = None
+    """The output, when it fits in a message."""
+    output_ref: ObjectRef | None = None
+    """The output, when it was too large and went to the object store."""
+    error: str = ""
+    """What went wrong, when ``ok`` is False."""
+    retryable: bool = True
+    """False when another attempt cannot help (bad arguments, unknown tool)."""
+    usage: Usage = Usage()
+    """Model usage spent on the step."""
+    started_at: float = 0.0
+    """Unix time the executor started the step."""
+    finished_at: float = 0.0
+    """Unix time the executor finished the step."""
+    executor: str = ""
+    """The instance that ran it (``role/instance``)."""
+
+
+class ReviewTask(Message, frozen=True, kw_only=True, tag="review.task"):
+    """A finished step's output sent to the critic before it counts."""
+
+    run_id: RunId
+    """The run."""
+    goal: str
+    """The run's goal."""
+    step: Step
+    """The step that produced the output."""
+    attempt: int
+    """The attempt under review."""
+    output: str
+    """The output to judge."""
+    inputs: dict[int, str] = {}
+    """The step's inputs, so the critic sees what the executor saw."""
+
+
+class Verdict(Message, frozen=True, kw_only=True, tag="review.verdict"):
+    """The critic's judgement on one attempt of one step."""
+
+    run_id: RunId
+    """The run."""
+    step_id: StepId
+    """The step judged."""
+    attempt: int
+    """The attempt judged."""
+    approved: bool
+    """True if the output may count as the step's result."""
+    critique: str = ""
+    """What is wrong (on rejection) or what was checked (on approval)."""
+    usage: Usage = Usage()
+    """Model usage spent on the review."""
+
+
+class SynthesisTask(Message, frozen=True, kw_only=True, tag="synthesis.task"):
+    """The DAG is done: the synthesizer joins the results or asks for another round."""
+
+    run_id: RunId
+    """The run."""
+    goal: str
+    """The run's goal."""
+    plan: Plan
+    """Every step planned so far."""
+    results: dict[int, str] = {}
+    """Each finished step's output, by step id."""
+    failures: dict[int, str] = {}
+    """Each failed step's error, by step id."""
+    replans_left: int = 0
+    """How many more rounds the synthesizer may ask for; 0 means it must finish."""
+
+
+class SynthesisDecision(Message, frozen=True, kw_only=True, tag="synthesis.decision"):
+    """The synthesizer's answer, or its reason for another plan round."""
+
+    run_id: RunId
+    """The run."""
+    round: int
+    """The plan round this decision closes."""
+    action: Literal["finish", "replan"]
+    """``finish`` with an answer, or ``replan`` with a reason."""
+    answer: str = ""
+    """The final answer, when finishing."""
+    reason: str = ""
+    """Why another round is needed, when replanning."""
+    usage: Usage = Usage()
+    """Model usage spent on the synthesis."""
+
+
+class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
+    """Someone other than the synthesizer asks the planner for a new round."""
+
+    run_id: RunId
+    """The run."""
+    reason: str
+    """What went wrong and what the new plan must avoid."""
+    source: str
+    """Who asks: ``supervisor``, ``critic``, ``executor`` or a client."""
+    failed_step: StepId | None = None
+    """The step that could not be completed, if any."""
+
+
+class Heartbeat(Message, frozen=True, kw_only=True, tag="actor.heartbeat"):
+    """An actor's periodic sign of life (core NATS, ``<prefix>.heartbeat.<role>.<instance>``)."""
+
+    role: str
+    """The actor's role."""
+    instance: str
+    """Unique per actor process and role."""
+    host: str
+    """Hostname of the machine it runs on."""
+    pid: int
+    """Its process id."""
+    started_at: float
+    """Unix time the actor started."""
+    ts: float
+    """Unix time of this beat."""
+    interval: float
+    """Seconds until the next beat; silence for a few intervals means it is gone."""
+    in_flight: list[str] = []
+    """Work in hand, as ``run_id/step_id`` (or a subject for non-step work)."""
+    handled: int = 0
+    """Messages handled since start."""
+    restarts: int = 0
+    """Times its supervisor restarted it."""
+    draining: bool = False
+    """True once it stopped taking new work before exiting."""
+
+
+class ActorError(Message, frozen=True, kw_only=True, tag="actor.error"):
+    """A message an actor could not handle: published on ``<prefix>.error.<role>``."""
+
+    role: str
+    """The actor's role."""
+    instance: str
+    """The actor instance."""
+    subject: str
+    """The subject the bad message arrived on."""
+    reason: str
+    """What was wrong with it, and what to do."""
+    size: int = 0
+    """The payload's size in bytes."""
+    excerpt: str = ""
+    """The start of the payload, for diagnosis (decoded leniently)."""
+    dead_letter: str = ""
+    """Subject the raw payload was copied to, if it was kept."""
+    traceback: str = ""
+    """The last frames of a handler exception's traceback."""
+    ts: float = 0.0
+    """Unix time of the failure."""

@@ -1,0 +1,48 @@
+"""A plan: a DAG of steps, as the planner's model writes it (one JSON object per line)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+StepId = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
+"""Steps are numbered from 1; ``$N`` in tool arguments refers to step N's output."""
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
+    """One node of the plan DAG.
+
+    A *tool step* names ``tool`` and ``args`` and runs without a model call; an *agent
+    step* gives an ``instruction`` to the role's model. Exactly one of the two is set.
+    """
+
+    id: StepId
+    """Unique within the run; later plan rounds continue the numbering."""
+    role: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    """The executor role that runs the step (``researcher``, ``coder`` ...)."""
+    tool: str | None = None
+    """For a tool step: the tool to call."""
+    args: dict[str, Any] = {}
+    """For a tool step: the tool's arguments; ``$N`` / ``${N}`` are replaced by step N's output."""
+    instruction: str | None = None
+    """For an agent step: what the role's model is asked to do."""
+    tools: list[str] | None = None
+    """For an agent step: tools it may use (intersected with the role's); None = the role's."""
+    depends_on: list[StepId] = []
+    """Steps whose outputs this step needs; ``$N`` references are added automatically."""
+    review: bool = False
+    """Send the output to the critic before it counts as done."""
+    success_criteria: str = ""
+    """What a correct output looks like, for the executor and the critic."""
+    title: str = ""
+    """A short label for progress views."""
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole plan, as stored in run state and handed to the synthesizer."""
+
+    steps: list[Step] = []
+    """Steps in the order the planner emitted them."""
+    round: int = 0
+    """0 for the first plan, n for the n-th replan."""

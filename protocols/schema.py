@@ -1,0 +1,54 @@
+"""The JSON Schema of every public message, as printed by ``plancast schema``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._base import SCHEMA_VERSION
+from .events import RunEvent
+from .messages import (
+    ActorError,
+    Heartbeat,
+    ReplanRequest,
+    ReviewTask,
+    RunAccepted,
+    RunRejected,
+    RunRequest,
+    StepResult,
+    StepTask,
+    SynthesisDecision,
+    SynthesisTask,
+    Verdict,
+)
+from .plan import Plan, Step
+
+PUBLIC_MESSAGES: tuple[Any, ...] = (
+    RunRequest,
+    RunAccepted,
+    RunRejected,
+    StepTask,
+    StepResult,
+    ReviewTask,
+    Verdict,
+    SynthesisTask,
+    SynthesisDecision,
+    ReplanRequest,
+    Heartbeat,
+    ActorError,
+    *RunEvent.__args__,
+)
+"""Every message type that crosses the bus."""
+
+
+def json_schema() -> dict[str, Any]:
+    """One JSON Schema document: ``$defs`` for every type, ``oneOf`` over the messages."""
+    refs, defs = msgspec.json.schema_components((*PUBLIC_MESSAGES, Plan, Step))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "plancast wire messages",
+        "description": f"plancast wire contract, schema_version {SCHEMA_VERSION}",
+        "oneOf": list(refs[: len(PUBLIC_MESSAGES)]),
+        "$defs": defs,
+    }

@@ -1,0 +1,123 @@
+"""Subject and JetStream names, all built here from a verb and validated tokens.
+
+No other module writes a subject by hand: a typo'd subject is a message nobody reads.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+DEFAULT_PREFIX = "plancast"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class InvalidSubjectToken(ValueError):
+    """A subject token had a character NATS treats as structure (``.``, ``*``, ``>``, space)."""
+
+
+class Verb(enum.Enum):
+    """Each subject family, with the number of tokens that follow it."""
+
+    RUN_SUBMIT = ("run.submit", 0)
+    """Request/reply: submit a RunRequest, get RunAccepted or RunRejected."""
+    STEP = ("step", 1)
+    """``step.<role>``: step tasks for executors of a role (work stream)."""
+    REVIEW = ("review", 0)
+    """Review tasks for the critic (work stream)."""
+    SYNTHESIS = ("synthesis", 0)
+    """Synthesis tasks for the synthesizer (work stream)."""
+    RESULT = ("result", 1)
+    """``result.<run_id>``: step results, verdicts, decisions, replan requests for the planner."""
+    EVENT = ("event", 1)
+    """``event.<run_id>``: a run's progress events (events stream, replayable)."""
+    ERROR = ("error", 1)
+    """``error.<role>``: ActorError reports for bad input (events stream)."""
+    DEAD = ("dead", 1)
+    """``dead.<kind>``: raw payloads no actor could handle, kept for inspection."""
+    HEARTBEAT = ("heartbeat", 2)
+    """``heartbeat.<role>.<instance>``: liveness (core NATS)."""
+
+    def __init__(self, word: str, arity: int) -> None:
+        self.word = word
+        self.arity = arity
+
+
+def validate_token(token: str, what: str = "token") -> str:
+    """Return ``token`` if it is a safe single subject token, else raise."""
+    if not _TOKEN.match(token):
+        raise InvalidSubjectToken(
+            f"{what} {token!r} is not a valid subject token: use 1-128 letters, digits, '_' or '-'"
+        )
+    return token
+
+
+def validate_prefix(prefix: str) -> str:
+    """A prefix is one or more tokens joined by dots (``plancast``, ``team.a``)."""
+    for part in prefix.split("."):
+        validate_token(part, "prefix part")
+    return prefix
+
+
+def subject(prefix: str, verb: Verb, *tokens: str, wildcard: bool = False) -> str:
+    """Build ``<prefix>.<verb>[.<token>...]``.
+
+    With ``wildcard=True`` the tokens may be ``*`` and the last may be ``>`` (for
+    subscriptions and stream filters), and fewer tokens than the verb takes mean ``>``.
+    """
+    validate_prefix(prefix)
+    if wildcard:
+        parts = list(tokens)
+        for i, tok in enumerate(parts):
+            if tok == "*" or (tok == ">" and i == len(parts) - 1):
+                continue
+            validate_token(tok)
+        if len(parts) < verb.arity and (not parts or parts[-1] != ">"):
+            parts.append(">")
+        return ".".join([prefix, verb.word, *parts])
+    if len(tokens) != verb.arity:
+        raise ValueError(f"subject {verb.word!r} takes {verb.arity} token(s), got {len(tokens)}")
+    for tok in tokens:
+        validate_token(tok)
+    return ".".join([prefix, verb.word, *tokens])
+
+
+class Stream(enum.Enum):
+    """The JetStream streams a deployment uses, with the verbs each one captures."""
+
+    WORK = ("WORK", (Verb.STEP, Verb.REVIEW, Verb.SYNTHESIS))
+    """Tasks for executors, the critic and the synthesizer (work-queue retention)."""
+    RESULTS = ("RESULTS", (Verb.RESULT,))
+    """Outcomes travelling back to the planner (work-queue retention)."""
+    EVENTS = ("EVENTS", (Verb.EVENT, Verb.ERROR))
+    """Progress events and error reports (limits retention: replayable)."""
+    DEAD = ("DEAD", (Verb.DEAD,))
+    """Dead letters (limits retention: kept for inspection)."""
+
+    def __init__(self, suffix: str, verbs: tuple[Verb, ...]) -> None:
+        self.suffix = suffix
+        self.verbs = verbs
+
+    def subjects(self, prefix: str) -> list[str]:
+        return [subject(prefix, v, wildcard=True) if v.arity else subject(prefix, v)
+                for v in self.verbs]
+
+
+def _name_base(prefix: str) -> str:
+    return validate_prefix(prefix).replace(".", "_").upper()
+
+
+def stream_name(prefix: str, stream: Stream) -> str:
+    """``plancast`` → ``PLANCAST_WORK``; a dotted prefix's dots become ``_``."""
+    return f"{_name_base(prefix)}_{stream.suffix}"
+
+
+def runs_bucket(prefix: str) -> str:
+    """The key-value bucket holding run state."""
+    return f"{_name_base(prefix)}_RUNS"
+
+
+def objects_bucket(prefix: str) -> str:
+    """The object store bucket holding payloads too large for a message."""
+    return f"{_name_base(prefix)}_OBJECTS"
