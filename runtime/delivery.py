@@ -1,0 +1,74 @@
+"""One received message and the ways to settle it, the same for core NATS and JetStream."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from protocols import Message, encode
+
+
+class Delivery:
+    """Where a message came from and how to settle it.
+
+    For JetStream work the message stays owned by us until ``ack`` (done), ``nak``
+    (give it back for redelivery) or ``term`` (never redeliver). Core NATS messages have
+    nothing to settle; those calls are no-ops there.
+    """
+
+    __slots__ = ("_msg", "durable", "received_at", "settled", "size", "subject")
+
+    def __init__(self, msg: Any, *, durable: bool) -> None:
+        self._msg = msg
+        self.durable = durable
+        self.subject: str = msg.subject
+        self.size = len(msg.data)
+        self.received_at = time.monotonic()
+        self.settled = False
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._msg.data)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return dict(self._msg.headers or {})
+
+    @property
+    def reply(self) -> str:
+        return str(self._msg.reply or "")
+
+    @property
+    def deliveries(self) -> int:
+        """How many times JetStream has delivered this message (1 on the first try)."""
+        if not self.durable:
+            return 1
+        return int(self._msg.metadata.num_delivered)
+
+    async def ack(self) -> None:
+        """The outcome is safely published: the message is done."""
+        if self.durable and not self.settled:
+            self.settled = True
+            await self._msg.ack()
+
+    async def nak(self, delay: float | None = None) -> None:
+        """Hand the message back for redelivery (after ``delay`` seconds)."""
+        if self.durable and not self.settled:
+            self.settled = True
+            await self._msg.nak(delay=delay)
+
+    async def term(self) -> None:
+        """Never redeliver: the message cannot be handled (it was dead-lettered first)."""
+        if self.durable and not self.settled:
+            self.settled = True
+            await self._msg.term()
+
+    async def in_progress(self) -> None:
+        """Still working: reset the ack-wait timer so the message is not redelivered."""
+        if self.durable and not self.settled:
+            await self._msg.in_progress()
+
+    async def respond(self, message: Message) -> None:
+        """Answer a request (core NATS request/reply)."""
+        if self.reply:
+            await self._msg.respond(encode(message))

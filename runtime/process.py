@@ -1,0 +1,48 @@
+"""Serve a set of actors in one process until SIGTERM/SIGINT, then drain them in order."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+
+import anyio
+
+from .actor import Actor
+
+log = logging.getLogger(__name__)
+
+
+async def serve_actors(
+    actors: Sequence[Actor], *, stop: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run every actor; on SIGTERM, SIGINT or ``stop`` drain them all and return.
+
+    Draining means: stop taking work, finish what is in hand (bounded by the drain
+    timeout), hand the rest back to JetStream for another instance, then exit.
+    """
+    stop = stop or anyio.Event()
+    async with anyio.create_task_group() as tg:
+        for actor in actors:
+            await tg.start(actor.serve)
+        async with anyio.create_task_group() as watcher:
+            watcher.start_soon(_signal_watch, stop)
+            task_status.started()
+            await stop.wait()
+            watcher.cancel_scope.cancel()
+        log.info("draining %d actor(s)", len(actors))
+        for actor in actors:
+            actor.drain()
+        # The task group waits for every serve() to return, but not forever.
+        tg.cancel_scope.deadline = anyio.current_time() + max(
+            (a.settings.drain_timeout for a in actors), default=0.0
+        ) + 5.0
+
+
+async def _signal_watch(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s", signal.Signals(signum).name)
+            stop.set()
+            return

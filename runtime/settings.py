@@ -1,0 +1,77 @@
+"""Settings from flags, the environment (``NATS_URL``, ``PLANCAST_*``) and a ``.env`` file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from protocols import DEFAULT_PREFIX
+from protocols.subjects import validate_prefix
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/plancast`` or ``~/.local/share/plancast``: the embedded server's store."""
+    import os
+
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "plancast"
+
+
+class Settings(BaseSettings):
+    """Everything a plancast process needs to join a deployment.
+
+    Names follow the ``nats`` CLI where it has one (``NATS_URL``, ``NATS_CREDS``,
+    ``NATS_USER`` ...); the rest are ``PLANCAST_<NAME>``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="PLANCAST_", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    nats_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("nats_url", "NATS_URL", "PLANCAST_NATS_URL")
+    )
+    """Comma-separated server URLs; None starts an embedded nats-server."""
+    creds: Path | None = Field(
+        default=None, validation_alias=AliasChoices("creds", "NATS_CREDS", "PLANCAST_CREDS")
+    )
+    """A NATS credentials file (JWT + nkey seed)."""
+    user: str | None = Field(default=None, validation_alias=AliasChoices("user", "NATS_USER"))
+    password: str | None = Field(
+        default=None, validation_alias=AliasChoices("password", "NATS_PASSWORD")
+    )
+    token: str | None = Field(default=None, validation_alias=AliasChoices("token", "NATS_TOKEN"))
+    tls_ca: Path | None = Field(default=None, validation_alias=AliasChoices("tls_ca", "NATS_CA"))
+    tls_cert: Path | None = Field(
+        default=None, validation_alias=AliasChoices("tls_cert", "NATS_CERT")
+    )
+    tls_key: Path | None = Field(default=None, validation_alias=AliasChoices("tls_key", "NATS_KEY"))
+
+    prefix: str = DEFAULT_PREFIX
+    """Subject prefix; deployments sharing a NATS server stay apart by prefix."""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """Where the embedded nats-server keeps JetStream data."""
+    replicas: int = Field(default=1, ge=1, le=5)
+    """JetStream replicas for streams and buckets (3 on a three-node cluster)."""
+    roles_file: Path | None = None
+    """A TOML file configuring roles (name, system prompt, model, tools, concurrency)."""
+
+    max_message_bytes: int = Field(default=512 * 1024, ge=1024)
+    """Largest message an actor accepts; larger outputs travel through the object store."""
+    ack_wait: float = Field(default=30.0, gt=0)
+    """Seconds before unacknowledged work is redelivered (kept alive by in-progress acks)."""
+    max_deliver: int = Field(default=5, ge=1)
+    """Deliveries of one task before it goes to the dead-letter path."""
+    heartbeat_interval: float = Field(default=2.0, gt=0)
+    """Seconds between an actor's heartbeats."""
+    drain_timeout: float = Field(default=20.0, ge=0)
+    """Seconds an actor waits for in-flight work on shutdown before handing it back."""
+    event_max_age: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """How long progress events stay replayable."""
+
+    @field_validator("prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        return validate_prefix(value)
