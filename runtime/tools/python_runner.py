@@ -1,0 +1,184 @@
+"""``python``: run model-written code in a throwaway, resource-limited subprocess.
+
+Each run gets its own temporary working directory (removed afterwards), a minimal
+environment, no stdin, limits on address space, CPU time and file size, a wall-clock
+timeout that kills the whole process group, and bounded output. A non-zero exit is a
+ToolError carrying the stderr tail, which is how the critic sees that code does not run.
+This is a guard against accidents, not a security sandbox: use a container for that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import anyio.to_thread
+import msgspec
+from anyio.abc import ByteReceiveStream
+
+from runtime.errors import ToolError
+
+from ._base import StructTool
+
+# Runs first in the child: set the limits, then replace itself with a clean interpreter.
+_PRELUDE = """\
+import os, resource, sys
+address_space, cpu_seconds, file_bytes = map(int, sys.argv[1:])
+resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+os.execv(sys.executable, [sys.executable, "-I", "-X", "utf8", "main.py"])
+"""
+MB = 1024 * 1024
+
+
+class PythonArgs(msgspec.Struct, forbid_unknown_fields=True):
+    code: Annotated[str, msgspec.Meta(description="A complete Python 3 program; print results.")]
+    timeout: Annotated[
+        Annotated[float, msgspec.Meta(gt=0)] | None,
+        msgspec.Meta(description="Seconds before it is killed (default and maximum are set)."),
+    ] = None
+
+
+class _Capture:
+    """Collects one output stream up to ``limit`` bytes, keeping the head or the tail."""
+
+    def __init__(self, limit: int, *, keep_tail: bool = False) -> None:
+        self.limit = limit
+        self.keep_tail = keep_tail
+        self.data = bytearray()
+        self.dropped = 0
+
+    async def drain(self, stream: ByteReceiveStream) -> None:
+        # Keep reading past the limit so the child never blocks on a full pipe.
+        async for chunk in stream:
+            self.data += chunk
+            excess = len(self.data) - self.limit
+            if excess > 0:
+                self.dropped += excess
+                if self.keep_tail:
+                    del self.data[:excess]
+                else:
+                    del self.data[self.limit :]
+
+    def text(self, name: str) -> str:
+        text = self.data.decode("utf-8", errors="replace")
+        if not self.dropped:
+            return text
+        where = "first" if self.keep_tail else "last"
+        note = f"[{name} truncated: {self.dropped} {where} bytes dropped, limit {self.limit}]"
+        return f"{note}\n{text}" if self.keep_tail else f"{text}\n{note}"
+
+
+class PythonRunner(StructTool[PythonArgs]):
+    """Runs a program with ``sys.executable`` and returns its stdout (plus stderr, if any)."""
+
+    name = "python"
+    args_type = PythonArgs
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 10.0,
+        max_timeout: float = 60.0,
+        memory_mb: int = 1024,
+        max_output_bytes: int = 64 * 1024,
+        max_file_mb: int = 64,
+    ) -> None:
+        self.timeout = timeout
+        """Wall-clock seconds when the call does not ask for a timeout."""
+        self.max_timeout = max_timeout
+        """Upper bound on a timeout the call asks for."""
+        self.memory_mb = memory_mb
+        """Address-space limit (RLIMIT_AS) of the child."""
+        self.max_output_bytes = max_output_bytes
+        """Bytes kept of stdout (the head) and of stderr (the tail)."""
+        self.max_file_mb = max_file_mb
+        """Largest file the program may write (RLIMIT_FSIZE)."""
+        self.description = (
+            "Run a Python 3 program in a fresh temporary directory and return what it prints. "
+            f"No stdin; limits of {timeout:g} s and {memory_mb} MB by default. "
+            "A program that fails returns an error with its exit code and traceback."
+        )
+
+    async def call(self, args: PythonArgs) -> str:
+        timeout = min(args.timeout or self.timeout, self.max_timeout)
+        workdir = Path(await anyio.to_thread.run_sync(_make_workdir))
+        try:
+            await anyio.Path(workdir / "main.py").write_text(args.code, encoding="utf-8")
+            returncode, stdout, stderr = await self._run(workdir, timeout)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove_workdir, workdir)
+        # Tracebacks name "main.py", not a temporary directory that no longer exists.
+        errors = stderr.text("stderr").replace(f"{workdir}{os.sep}", "")
+        if returncode is None:
+            raise ToolError(_failure(f"timed out after {timeout:g} s and was killed", errors))
+        if returncode != 0:
+            raise ToolError(_failure(_exit_reason(returncode), errors))
+        out = stdout.text("stdout")
+        return f"{out}\n[stderr]\n{errors}" if errors else out
+
+    async def _run(self, workdir: Path, seconds: float) -> tuple[int | None, _Capture, _Capture]:
+        """Run main.py in ``workdir``; the return code is None when ``seconds`` ran out."""
+        limits = [self.memory_mb * MB, math.ceil(seconds) + 1, self.max_file_mb * MB]
+        command = [sys.executable, "-I", "-c", _PRELUDE, *map(str, limits)]
+        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
+        stdout = _Capture(self.max_output_bytes)
+        stderr = _Capture(self.max_output_bytes, keep_tail=True)
+        process = await anyio.open_process(
+            command, stdin=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True
+        )
+        returncode: int | None = None
+        async with process:
+            assert process.stdout is not None and process.stderr is not None
+            try:
+                with anyio.move_on_after(seconds):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(stdout.drain, process.stdout)
+                        tg.start_soon(stderr.drain, process.stderr)
+                        returncode = await process.wait()
+                        # Leftover children would hold the pipes open: the program is done.
+                        _kill_group(process.pid)
+            finally:
+                _kill_group(process.pid)
+                with anyio.CancelScope(shield=True):
+                    await process.wait()
+        return returncode, stdout, stderr
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _make_workdir() -> str:
+    return tempfile.mkdtemp(prefix="plancast-python-")
+
+
+def _remove_workdir(workdir: Path) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exit_reason(returncode: int) -> str:
+    if returncode > 0:
+        return f"exited with code {returncode}"
+    signum = -returncode
+    name = signal.Signals(signum).name if signum in signal.valid_signals() else str(signum)
+    hint = " (CPU time limit)" if signum == signal.SIGXCPU else ""
+    return f"was killed by signal {name}{hint}"
+
+
+def _failure(reason: str, stderr: str) -> str:
+    tail = stderr.rstrip()
+    return f"the program {reason}" + (f"\n--- stderr (tail) ---\n{tail}" if tail else "")
