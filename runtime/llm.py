@@ -1,0 +1,381 @@
+"""Model calls through the official openai client, against any OpenAI-compatible server.
+
+One :class:`ModelClient` per :class:`ModelSettings` (each role names its own model; there
+are no hidden defaults). Every call reports its token usage and cost, and every failure
+becomes a :class:`~runtime.errors.ModelError` that says what to check. The planner uses
+:meth:`ModelClient.stream_lines` to hand JSONL plan lines to the scheduler while the model
+is still writing the rest of the plan.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+from urllib.parse import urlsplit
+
+import msgspec
+import openai
+from openai.types.chat import (
+    ChatCompletionChunk,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
+from openai.types.chat.completion_create_params import ResponseFormat
+from openai.types.completion_usage import CompletionUsage
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocols import Usage
+
+from .errors import ModelConfigError, ModelError
+
+__all__ = [
+    "ChatMessage",
+    "Completion",
+    "LineStream",
+    "ModelClient",
+    "ModelSettings",
+    "ToolCall",
+    "model_error",
+    "split_lines",
+]
+
+ChatMessage = Mapping[str, Any]
+"""A chat message as the OpenAI API takes it, e.g. ``{"role": "user", "content": "..."}``."""
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+LOCAL_PLACEHOLDER_KEY = "plancast-local-no-key"
+"""Sent to local servers (vLLM, Ollama, the scripted model) that need no key."""
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+_T = TypeVar("_T")
+
+
+class ModelSettings(BaseModel):
+    """Which model a role talks to and how; one per role, nothing implied."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    model: str = Field(min_length=1)
+    """Model name as the server knows it (``gpt-4.1-mini``, ``qwen2.5:7b`` ...)."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint, ending in ``/v1``; None uses ``OPENAI_BASE_URL`` or OpenAI."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key (the key itself never sits in settings)."""
+    temperature: float | None = None
+    """Sampling temperature; None leaves the server's default."""
+    max_tokens: int | None = None
+    """Cap on completion tokens; None leaves the server's default."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra JSON fields for servers with their own options (e.g. vLLM's ``top_k``)."""
+    timeout: float = 120.0
+    """Seconds to wait for a response (or the next streamed chunk)."""
+    max_retries: int = 2
+    """Retries of connection errors, 408/409/429 and 5xx, with the client's backoff."""
+    prompt_price_per_mtok: float = 0.0
+    """USD per million prompt tokens, for the cost in :class:`Usage`."""
+    completion_price_per_mtok: float = 0.0
+    """USD per million completion tokens."""
+
+    def effective_base_url(self) -> str:
+        """The URL calls go to: ``base_url``, else ``OPENAI_BASE_URL``, else OpenAI's."""
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+    def is_local(self) -> bool:
+        """Whether the endpoint is on this machine (where servers rarely want a key)."""
+        return urlsplit(self.effective_base_url()).hostname in _LOCAL_HOSTS
+
+    def api_key(self) -> str:
+        """The key from ``api_key_env``; a placeholder for local servers; else an error."""
+        key = os.environ.get(self.api_key_env)
+        if key:
+            return key
+        if self.is_local():
+            return LOCAL_PLACEHOLDER_KEY
+        raise ModelConfigError(
+            f"no API key for model {self.model!r} at {self.effective_base_url()}: "
+            f"set the environment variable {self.api_key_env} (or api_key_env to the "
+            "variable that holds it), or point base_url at a local server"
+        )
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> Usage:
+        """Usage of one call, priced with this model's prices."""
+        cost = (
+            prompt_tokens * self.prompt_price_per_mtok
+            + completion_tokens * self.completion_price_per_mtok
+        ) / 1_000_000
+        return Usage(
+            calls=1,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=cost,
+        )
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A function call the model asked for."""
+
+    id: str
+    """Id to send back with the tool's result (``tool_call_id``)."""
+    name: str
+    """Function name."""
+    arguments: str
+    """Arguments as the model wrote them: JSON text, not yet validated."""
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer of one non-streamed model call."""
+
+    text: str
+    """The message content ("" when the model only called tools)."""
+    tool_calls: list[ToolCall]
+    """Tool calls, in the model's order."""
+    usage: Usage
+    """Tokens and cost of this call."""
+    model: str
+    """Model name as the server reported it."""
+    finish_reason: str
+    """``stop``, ``length``, ``tool_calls`` ..."""
+
+
+ROLE_HEADER = "x-plancast-role"
+"""Request header naming the calling role; proxies and the scripted server route on it."""
+
+
+class ModelClient:
+    """An ``openai.AsyncOpenAI`` for one model; use ``async with`` so its connections close."""
+
+    def __init__(self, settings: ModelSettings, *, role: str | None = None) -> None:
+        self.settings = settings
+        self.role = role
+        """The calling role, sent as the ``x-plancast-role`` header (for routing and logs)."""
+        self.total_usage = Usage()
+        """Usage of every call made through this client so far."""
+        self._client = openai.AsyncOpenAI(
+            api_key=settings.api_key(),
+            base_url=settings.base_url,
+            timeout=settings.timeout,
+            max_retries=settings.max_retries,
+            default_headers={ROLE_HEADER: role} if role else None,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        """One model call, answered in full; ``tools`` and ``response_format`` as in the API."""
+        s = self.settings
+        try:
+            response = await self._client.chat.completions.create(
+                model=s.model,
+                messages=_messages(messages),
+                tools=cast(Iterable[ChatCompletionToolUnionParam], tools) if tools else openai.omit,
+                response_format=cast(ResponseFormat, response_format)
+                if response_format
+                else openai.omit,
+                temperature=_opt(s.temperature),
+                max_tokens=_opt(s.max_tokens),
+                extra_body=s.extra_body or None,
+                stream=False,
+            )
+        except openai.OpenAIError as exc:
+            raise model_error(exc, s) from exc
+        if not response.choices:
+            raise ModelError(f"model {s.model!r} at {s.effective_base_url()} returned no choices")
+        choice = response.choices[0]
+        calls = [
+            ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+            for call in choice.message.tool_calls or []
+            if isinstance(call, ChatCompletionMessageFunctionToolCall)
+        ]
+        usage = self._record(response.usage)
+        return Completion(
+            text=choice.message.content or "",
+            tool_calls=calls,
+            usage=usage,
+            model=response.model,
+            finish_reason=choice.finish_reason,
+        )
+
+    def stream_lines(self, messages: Sequence[ChatMessage]) -> LineStream:
+        """Stream a completion as lines, each yielded as soon as its newline arrives.
+
+        ``async with client.stream_lines(messages) as lines: async for line in lines``;
+        after the last line ``lines.usage`` holds the call's usage.
+        """
+        return LineStream(self, messages)
+
+    def _record(self, reported: CompletionUsage | None) -> Usage:
+        prompt = reported.prompt_tokens if reported else 0
+        completion = reported.completion_tokens if reported else 0
+        usage = self.settings.usage(prompt, completion)
+        self.total_usage += usage
+        return usage
+
+    async def _open_stream(
+        self, messages: Sequence[ChatMessage]
+    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        s = self.settings
+        try:
+            return await self._client.chat.completions.create(
+                model=s.model,
+                messages=_messages(messages),
+                temperature=_opt(s.temperature),
+                max_tokens=_opt(s.max_tokens),
+                extra_body=s.extra_body or None,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        except openai.OpenAIError as exc:
+            raise model_error(exc, s) from exc
+
+
+class LineStream:
+    """The lines of one streamed completion (without their newlines), as they arrive.
+
+    A final line without a newline is yielded at the end. ``usage``, ``finish_reason``
+    and ``text`` are complete once the iteration has ended.
+    """
+
+    def __init__(self, client: ModelClient, messages: Sequence[ChatMessage]) -> None:
+        self.usage: Usage | None = None
+        """Usage of the call; None until the stream has ended."""
+        self.finish_reason: str | None = None
+        """Why the model stopped; None until it says."""
+        self.text = ""
+        """Everything received so far."""
+        self._client = client
+        self._messages = messages
+        self._stream: openai.AsyncStream[ChatCompletionChunk] | None = None
+        self._reported: CompletionUsage | None = None
+        self._ready: deque[str] = deque()
+        self._partial = ""
+        self._done = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> str:
+        while not self._ready:
+            if self._done:
+                raise StopAsyncIteration
+            await self._pull()
+        return self._ready.popleft()
+
+    async def _pull(self) -> None:
+        if self._stream is None:
+            self._stream = await self._client._open_stream(self._messages)
+        try:
+            chunk = await self._stream.__anext__()
+        except StopAsyncIteration:
+            await self._finish()
+            return
+        except openai.OpenAIError as exc:
+            await self.aclose()
+            raise model_error(exc, self._client.settings) from exc
+        if chunk.usage is not None:
+            self._reported = chunk.usage
+        for choice in chunk.choices[:1]:
+            self.finish_reason = choice.finish_reason or self.finish_reason
+            if choice.delta.content:
+                self._feed(choice.delta.content)
+
+    def _feed(self, content: str) -> None:
+        self.text += content
+        complete, self._partial = split_lines(self._partial, content)
+        self._ready.extend(complete)
+
+    async def _finish(self) -> None:
+        self._done = True
+        if self._partial:
+            self._ready.append(self._partial)
+            self._partial = ""
+        self.usage = self._client._record(self._reported)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop streaming and release the connection (safe to call more than once)."""
+        self._done = True
+        if self._stream is not None:
+            await self._stream.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def model_error(exc: openai.OpenAIError, settings: ModelSettings) -> ModelError:
+    """Turn an openai exception into a ModelError that says what to check."""
+    where = f"model {settings.model!r} at {settings.effective_base_url()}"
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelError(
+            f"{where} did not answer within {settings.timeout}s; "
+            "raise the timeout or check the server's load"
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return ModelError(
+            f"cannot reach the model server for {where} ({cause!r}); check base_url "
+            "(or OPENAI_BASE_URL) and that the server is running"
+        )
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = exc.body
+        detail = body.get("message") if isinstance(body, dict) else None
+        hints = {
+            401: f"check the API key in ${settings.api_key_env}",
+            403: f"the key in ${settings.api_key_env} may not have access to this model",
+            404: "check the model name and base_url",
+            429: "rate limited or out of quota; retry later",
+        }
+        hint = hints.get(status) or (
+            "the model server failed; retry or check its logs"
+            if status >= 500
+            else "check the model name and the request"
+        )
+        return ModelError(
+            f"{where} answered HTTP {status}: {detail or exc.message} ({hint})",
+            status_code=status,
+        )
+    return ModelError(f"{where}: {exc}")
+
+
+def split_lines(partial: str, content: str) -> tuple[list[str], str]:
+    """Complete the lines that ``content`` ends; returns them and the new partial line."""
+    *complete, rest = (partial + content).split("\n")
+    return [line.removesuffix("\r") for line in complete], rest
+
+
+def _messages(messages: Sequence[ChatMessage]) -> Iterable[ChatCompletionMessageParam]:
+    return cast(Iterable[ChatCompletionMessageParam], messages)
+
+
+def _opt(value: _T | None) -> _T | openai.Omit:
+    return openai.omit if value is None else value

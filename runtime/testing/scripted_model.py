@@ -1,0 +1,90 @@
+"""The scripted OpenAI-compatible model server, importable and runnable on its own.
+
+    python -m runtime.testing.scripted_model scenario.toml --port 8000
+
+serves a scenario to any OpenAI client (point ``OPENAI_BASE_URL`` at the printed URL).
+It is labelled as a scripted model everywhere it answers: the ``x-plancast-scripted``
+header, ``system_fingerprint`` and this command's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from ..errors import ScenarioError
+from ._scenario import Latency as Latency
+from ._scenario import Rule as Rule
+from ._scenario import Scenario as Scenario
+from ._scenario import ScriptedToolCall as ScriptedToolCall
+from ._scenario import load_scenario as load_scenario
+from ._scenario import parse_scenario as parse_scenario
+from ._server import FINGERPRINT as FINGERPRINT
+from ._server import RecordedRequest as RecordedRequest
+from ._server import ScriptedModelServer as ScriptedModelServer
+from ._server import open_scripted_model_server as open_scripted_model_server
+
+__all__ = [
+    "FINGERPRINT",
+    "Latency",
+    "RecordedRequest",
+    "Rule",
+    "Scenario",
+    "ScriptedModelServer",
+    "ScriptedToolCall",
+    "load_scenario",
+    "main",
+    "open_scripted_model_server",
+    "parse_scenario",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve a scenario file until interrupted; returns the process exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.testing.scripted_model",
+        description="Serve a scripted (fake, offline) OpenAI-compatible model from a scenario.",
+    )
+    parser.add_argument("scenario", help="scenario file (.toml or .json)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
+    parser.add_argument("--time-scale", type=float, help="multiply every scripted delay")
+    parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    args = parser.parse_args(argv)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        anyio.run(_serve, scenario, args, backend="asyncio")
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(scenario: Scenario, args: argparse.Namespace) -> None:
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    async with open_scripted_model_server(
+        scenario,
+        host=args.host,
+        port=args.port,
+        time_scale=args.time_scale,
+        log=None if args.quiet else log,
+    ) as server:
+        print(f"plancast SCRIPTED model (not a real model), scenario {args.scenario}")
+        print(f"OpenAI-compatible API at {server.base_url}")
+        print(f"  try: OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=scripted ...", flush=True)
+        await anyio.sleep_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
