@@ -32,6 +32,7 @@ from .messages import RunAccepted as RunAccepted
 from .messages import RunId as RunId
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest
+from .messages import StepClaimed as StepClaimed
 from .messages import StepResult as StepResult
 from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision

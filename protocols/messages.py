@@ -63,6 +63,19 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     """The critic's critique of the previous attempt, when it was rejected."""
 
 
+class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
+    """An executor started an attempt of a step (the planner turns it into an event)."""
+
+    run_id: RunId
+    """The run."""
+    step_id: StepId
+    """The step."""
+    attempt: int
+    """The attempt started."""
+    executor: str
+    """The instance working on it (``role/instance``)."""
+
+
 class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     """An executor's outcome for one attempt of one step."""
 

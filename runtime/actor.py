@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.errors import TimeoutError as NatsTimeout
+from nats.errors import Error as NatsError
 from nats.js import api
 
 from protocols import (
@@ -209,8 +209,12 @@ class Actor:
                 free = 1 + self._slots.value
                 try:
                     msgs = await psub.fetch(batch=free, timeout=FETCH_WAIT)
-                except NatsTimeout:
+                except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
                     msgs = []
+                except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
+                    log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
+                    msgs = []
+                    await anyio.sleep(FETCH_WAIT)
                 finally:
                     self._slots.release()
                 for msg in msgs:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
+import anyio
 import nats
 from nats.aio.client import Client as NatsClient
 
@@ -98,18 +99,6 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
     return opts
 
 
-async def _log_error(exc: Exception) -> None:
-    log.warning("NATS connection error: %s", exc)
-
-
-async def _log_disconnect() -> None:
-    log.warning("disconnected from NATS; reconnecting")
-
-
-async def _log_reconnect() -> None:
-    log.info("reconnected to NATS")
-
-
 @asynccontextmanager
 async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
     """Connect (starting an embedded server if no URL is set), provision, yield, close."""
@@ -121,12 +110,24 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
             )
             url = server.url
             log.info("started embedded nats-server at %s", url)
+        closing = False
+
+        async def on_error(exc: Exception) -> None:
+            log.warning("NATS connection error: %s", exc)
+
+        async def on_disconnect() -> None:
+            if not closing:
+                log.warning("disconnected from NATS at %s; reconnecting", url)
+
+        async def on_reconnect() -> None:
+            log.info("reconnected to NATS")
+
         try:
             nc = await nats.connect(
                 servers=[u.strip() for u in url.split(",")],
-                error_cb=_log_error,
-                disconnected_cb=_log_disconnect,
-                reconnected_cb=_log_reconnect,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
                 **_connect_options(settings),
             )
         except Exception as exc:
@@ -134,12 +135,15 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
                 f"cannot connect to NATS at {url}: {exc}. Check --nats / NATS_URL and that the "
                 "server is running, or omit them to start an embedded server."
             ) from exc
-        stack.push_async_callback(nc.close)
-        stack.push_async_callback(nc.drain)
         bus = Bus(nc, settings, url)
         if ensure_streams:
             await provision(
                 bus.js, settings.prefix, replicas=settings.replicas,
                 event_max_age=settings.event_max_age,
             )
-        yield bus
+        try:
+            yield bus
+        finally:
+            closing = True
+            with anyio.CancelScope(shield=True):
+                await nc.close()

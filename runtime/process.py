@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 
 from .actor import Actor
+from .bus import Bus, open_bus
+from .role import build_team_actors
+from .settings import Settings
+from .team import TeamConfig
+from .tools import ToolRegistry
 
 log = logging.getLogger(__name__)
 
 
 async def serve_actors(
-    actors: Sequence[Actor], *, stop: anyio.Event | None = None,
+    actors: Sequence[Actor], *, stop: anyio.Event | None = None, handle_signals: bool = True,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run every actor; on SIGTERM, SIGINT or ``stop`` drain them all and return.
@@ -27,7 +34,8 @@ async def serve_actors(
         for actor in actors:
             await tg.start(actor.serve)
         async with anyio.create_task_group() as watcher:
-            watcher.start_soon(_signal_watch, stop)
+            if handle_signals:
+                watcher.start_soon(_signal_watch, stop)
             task_status.started()
             await stop.wait()
             watcher.cancel_scope.cancel()
@@ -46,3 +54,22 @@ async def _signal_watch(stop: anyio.Event) -> None:
             log.info("received %s", signal.Signals(signum).name)
             stop.set()
             return
+
+
+@asynccontextmanager
+async def open_deployment(
+    settings: Settings, team: TeamConfig, tools: ToolRegistry, *,
+    roles: list[str] | None = None, handle_signals: bool = False,
+) -> AsyncIterator[Bus]:
+    """Connect (or start an embedded server), serve the team's actors, yield the bus.
+
+    On exit the actors drain before the connection closes.
+    """
+    async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+        actors = build_team_actors(bus, team, tools, roles)
+        stop = anyio.Event()
+        await tg.start(partial(serve_actors, actors, stop=stop, handle_signals=handle_signals))
+        try:
+            yield bus
+        finally:
+            stop.set()

@@ -1,0 +1,8 @@
+"""The built-in roles, registered through the ``plancast.roles`` entry points like any plugin."""
+
+from .critic import Critic as Critic
+from .executor import Executor as Executor
+from .planner import Planner as Planner
+from .synthesizer import Synthesizer as Synthesizer
+
+__all__ = ["Critic", "Executor", "Planner", "Synthesizer"]

@@ -1,0 +1,93 @@
+"""The critic: adversarial by prompt, and an approval of code must survive running it.
+
+The model reviews with the Python runner at hand; then, whatever it said, code in an
+approved output is run once more here, so an agreeable critic cannot pass code that
+does not run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+
+from protocols import Message, ReviewTask, Stream, Verb, Verdict
+from runtime.actor import Source, WorkQueue, on
+from runtime.agent import run_agent
+from runtime.delivery import Delivery
+from runtime.errors import PlancastError
+from runtime.role import RoleActor, RoleContext
+
+from . import prompts
+from ._json import find_json_object
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+_CODE_HINTS = ("def ", "import ", "print(", "class ", "assert ", "return ")
+
+
+def code_in(output: str) -> list[str]:
+    """Python code in an output: fenced blocks, or the whole output if it is a program."""
+    blocks = [b for b in _CODE_BLOCK.findall(output) if b.strip()]
+    if blocks:
+        return blocks
+    if any(hint in output for hint in _CODE_HINTS):
+        try:
+            ast.parse(output)
+        except SyntaxError:
+            return []
+        return [output]
+    return []
+
+
+class Critic(RoleActor):
+    """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>``."""
+
+    role = "critic"
+
+    def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
+        super().__init__(ctx, instance=instance)
+        if "python" in ctx.tools:  # the critic always has an interpreter at hand
+            self.tools = ctx.tools.subset({*ctx.role.tools, "python"} & set(ctx.tools.names()))
+
+    def sources(self) -> Sequence[Source]:
+        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.REVIEW), "review")]
+
+    def describe(self, message: Message) -> str:
+        assert isinstance(message, ReviewTask)
+        return f"{message.run_id}/{message.step.id}"
+
+    @on(ReviewTask)
+    async def review(self, task: ReviewTask, delivery: Delivery) -> None:
+        outcome = await run_agent(
+            self.model,
+            [{"role": "system", "content": self.config.system_prompt or prompts.CRITIC},
+             {"role": "user", "content": prompts.review_request(
+                 task.goal, task.step, task.output, task.inputs)}],
+            self.tools, max_rounds=self.config.max_tool_rounds,
+        )
+        answer = find_json_object(outcome.text) or {}
+        approved = answer.get("approved") is True
+        critique = str(answer.get("critique") or outcome.text)
+        if not answer:
+            critique = f"the critic's answer was not a JSON verdict: {outcome.text[:500]}"
+        if approved:
+            failure = await self._run_code(task.output)
+            if failure:
+                approved, critique = False, f"the code does not run: {failure}"
+        await self.bus.publish_durable(
+            self.bus.subject(Verb.RESULT, task.run_id),
+            Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
+                    approved=approved, critique=critique, usage=outcome.usage),
+            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/verdict",
+        )
+
+    async def _run_code(self, output: str) -> str:
+        """The first failure of the output's code, or "" if it all runs (or there is none)."""
+        if "python" not in self.tools:
+            return ""
+        for block in code_in(output):
+            try:
+                await self.tools.run("python", {"code": block})
+            except PlancastError as exc:
+                return str(exc)
+        return ""

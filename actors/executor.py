@@ -1,0 +1,87 @@
+"""The executor: runs the steps of one role, any number of instances sharing the work.
+
+A tool step calls its tool directly with no model call (as LLMCompiler does); an agent
+step runs the role's model with only the tools both the step and the role allow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
+from runtime.actor import Source, WorkQueue, on
+from runtime.agent import run_agent
+from runtime.delivery import Delivery
+from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
+from runtime.role import RoleActor
+
+from . import prompts
+
+PERMANENT = (UnknownTool, ToolArgumentsError)
+"""Failures another attempt cannot fix."""
+
+
+class StepRefused(PlancastError):
+    """The step asks for something this role may not do."""
+
+
+class Executor(RoleActor):
+    """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>``."""
+
+    role = "executor"
+
+    def sources(self) -> Sequence[Source]:
+        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.STEP, self.name), f"step-{self.name}")]
+
+    def describe(self, message: Message) -> str:
+        assert isinstance(message, StepTask)
+        return f"{message.run_id}/{message.step.id}"
+
+    @on(StepTask)
+    async def run_step(self, task: StepTask, delivery: Delivery) -> None:
+        me = f"{self.name}/{self.instance}"
+        results = self.bus.subject(Verb.RESULT, task.run_id)
+        key = f"{task.run_id}/{task.step.id}/{task.attempt}"
+        await self.bus.publish_durable(
+            results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
+                                 attempt=task.attempt, executor=me),
+            msg_id=f"{key}/claim",
+        )
+        started = time.time()
+        usage = Usage()
+        try:
+            if task.deadline and started > task.deadline:
+                raise StepRefused("the step's deadline passed before it started")
+            output, usage = await self._execute(task)
+            outcome: dict[str, Any] = {"ok": True, "output": output}
+        except PlancastError as exc:
+            outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                       "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
+        result = StepResult(
+            run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
+            started_at=started, finished_at=time.time(), executor=me, **outcome,
+        )
+        await self.bus.publish_durable(results, result, msg_id=key)
+
+    async def _execute(self, task: StepTask) -> tuple[str, Usage]:
+        step = task.step
+        if step.tool is not None:
+            if step.tool not in self.tools:
+                raise StepRefused(
+                    f"role {self.name!r} may not use tool {step.tool!r}; its tools: "
+                    f"{', '.join(self.tools.names()) or 'none'}"
+                )
+            return await self.tools.run(step.tool, step.args), Usage()
+        allowed = self.tools if step.tools is None else self.tools.subset(
+            t for t in step.tools if t in self.tools
+        )
+        outcome = await run_agent(
+            self.model,
+            [{"role": "system", "content": self.config.system_prompt or prompts.EXECUTOR},
+             {"role": "user", "content": prompts.step_request(
+                 task.goal, step, task.inputs, task.feedback)}],
+            allowed, max_rounds=self.config.max_tool_rounds,
+        )
+        return outcome.text, outcome.usage

@@ -1,0 +1,48 @@
+"""The synthesizer (the joiner): finish with the answer, or ask for another plan round."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
+from runtime.actor import Source, WorkQueue, on
+from runtime.delivery import Delivery
+from runtime.role import RoleActor
+
+from . import prompts
+from ._json import find_json_object
+
+
+class Synthesizer(RoleActor):
+    """Pulls ``<prefix>.synthesis``; answers with a decision on ``<prefix>.result.<run_id>``."""
+
+    role = "synthesizer"
+
+    def sources(self) -> Sequence[Source]:
+        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis")]
+
+    def describe(self, message: Message) -> str:
+        assert isinstance(message, SynthesisTask)
+        return f"{message.run_id}/synthesis"
+
+    @on(SynthesisTask)
+    async def synthesize(self, task: SynthesisTask, delivery: Delivery) -> None:
+        completion = await self.model.complete([
+            {"role": "system", "content": self.config.system_prompt or prompts.SYNTHESIZER},
+            {"role": "user", "content": prompts.synthesis_request(
+                task.goal, task.plan, task.results, task.failures, task.replans_left)},
+        ])
+        answer = find_json_object(completion.text)
+        if answer is None:  # plain prose is taken as the answer itself
+            answer = {"action": "finish", "answer": completion.text.strip()}
+        wants_replan = answer.get("action") == "replan" and task.replans_left > 0
+        decision = SynthesisDecision(
+            run_id=task.run_id, round=task.plan.round,
+            action="replan" if wants_replan else "finish",
+            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason", "")),
+            reason=str(answer.get("reason", "")), usage=completion.usage,
+        )
+        await self.bus.publish_durable(
+            self.bus.subject(Verb.RESULT, task.run_id), decision,
+            msg_id=f"{task.run_id}/synthesis/{task.plan.round}",
+        )

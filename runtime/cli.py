@@ -1,0 +1,253 @@
+"""The ``plancast`` command line. Conventions follow the ``nats`` CLI (``--nats``/``NATS_URL``,
+``--creds``) and the openai client (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.logging import RichHandler
+from rich.table import Table
+
+from protocols import RunFinished, RunRequest, encode, json_schema
+
+from .bus import Bus, open_bus
+from .client import follow, submit
+from .demo import DEMO_GOAL, demo_scenario_path, demo_team
+from .errors import PlancastError
+from .process import open_deployment, serve_actors
+from .registry import discover_roles
+from .role import build_team_actors
+from .settings import Settings
+from .team import TeamConfig, load_team
+from .testing import load_scenario, open_scripted_model_server
+from .tools import builtin_tools
+from .view import RunView
+
+app = typer.Typer(
+    help="plancast: planner-executor LLM agent teams over NATS.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+NatsOpt = Annotated[
+    str | None,
+    typer.Option("--nats", envvar="NATS_URL", help="NATS server URL(s); default: embedded server."),
+]
+CredsOpt = Annotated[
+    Path | None, typer.Option("--creds", envvar="NATS_CREDS", help="NATS credentials file.")
+]
+PrefixOpt = Annotated[
+    str | None, typer.Option("--prefix", envvar="PLANCAST_PREFIX", help="Subject prefix.")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
+TeamOpt = Annotated[
+    Path | None,
+    typer.Option("--team", envvar="PLANCAST_ROLES_FILE",
+                 help="Team file (TOML): roles, prompts, models, tools. Default: ./plancast.toml"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print events as NDJSON.")]
+
+
+def build_settings(nats: str | None, creds: Path | None, prefix: str | None) -> Settings:
+    """Settings from the environment and ``.env``, with command-line flags on top."""
+    overrides: dict[str, Any] = {}
+    if nats:
+        overrides["nats_url"] = nats
+    if creds:
+        overrides["creds"] = creds
+    if prefix:
+        overrides["prefix"] = prefix
+    return Settings(**overrides)
+
+
+def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO),
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
+    )
+    if not verbose:
+        logging.getLogger("nats").setLevel(logging.WARNING)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of every public wire message."""
+    json.dump(json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+@app.command()
+def roles(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every role found in the ``plancast.roles`` entry-point group."""
+    found = discover_roles()
+    if as_json:
+        rows = [
+            {"name": r.name, "target": r.target, "package": r.package, "version": r.version,
+             "ok": r.ok, "error": r.error}
+            for r in found.values()
+        ]
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    table = Table(title="plancast roles")
+    for column in ("role", "from", "version", "target", "status"):
+        table.add_column(column)
+    for r in sorted(found.values(), key=lambda r: r.name):
+        status = "[green]ok[/]" if r.ok else f"[red]failed: {r.error}[/]"
+        table.add_row(r.name, r.package, r.version, r.target, status)
+    console.print(table)
+
+
+def _team(path: Path | None) -> TeamConfig:
+    path = path or Path("plancast.toml")
+    return load_team(path)
+
+
+def _run_async(main: Callable[[], Awaitable[int]]) -> None:
+    """Run ``main``; plancast's own errors print what to do and exit 2."""
+    try:
+        code = anyio.run(main)
+    except (PlancastError, ConnectionError) as exc:
+        err_console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
+    """Submit, follow the events to the end, print the outcome; 0 if the run finished."""
+    accepted = await submit(bus, request)
+    view = RunView(accepted.run_id)
+    if as_json:
+        async for event in follow(bus, accepted.run_id):
+            view.apply(event)
+            sys.stdout.write(encode(event).decode() + "\n")
+            sys.stdout.flush()
+    else:
+        with Live(view.render(), console=console, refresh_per_second=8) as live:
+            async for event in follow(bus, accepted.run_id):
+                view.apply(event)
+                live.update(view.render())
+        if isinstance(view.outcome, RunFinished):
+            console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
+        elif view.outcome is not None:
+            console.print(f"\n[bold red]run failed[/] ({view.outcome.stage}): "
+                          f"{view.outcome.reason}")
+    return 0 if isinstance(view.outcome, RunFinished) else 1
+
+
+@app.command()
+def demo(
+    goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
+    = DEMO_GOAL,
+    as_json: JsonOpt = False,
+    time_scale: Annotated[float, typer.Option(help="Multiply the scripted latencies.")] = 1.0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress."""
+    setup_logging(verbose, quiet=True)
+
+    async def main() -> int:
+        scenario = load_scenario(Path(str(demo_scenario_path())))
+        with tempfile.TemporaryDirectory(prefix="plancast-demo-") as tmp:
+            async with open_scripted_model_server(scenario, time_scale=time_scale) as model:
+                if not as_json:
+                    console.print(f"[bold]plancast demo[/] - every model answer comes from a "
+                                  f"[bold yellow]scripted model[/] at {model.base_url}, "
+                                  "not a real LLM.")
+                settings = Settings(nats_url=None, data_dir=Path(tmp))
+                async with open_deployment(settings, demo_team(model.base_url),
+                                           builtin_tools()) as bus:
+                    return await _run_and_show(bus, RunRequest(goal=goal), as_json)
+
+    _run_async(main)
+
+
+@app.command()
+def run(
+    goal: Annotated[str, typer.Argument(help="What the team should achieve.")],
+    team: TeamOpt = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    as_json: JsonOpt = False,
+    max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
+    max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a goal. With --nats, hand it to the workers there; else run the team here."""
+    setup_logging(verbose, quiet=True)
+    settings = build_settings(nats, creds, prefix)
+    request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
+
+    async def main() -> int:
+        if settings.nats_url:
+            async with open_bus(settings) as bus:
+                return await _run_and_show(bus, request, as_json)
+        async with open_deployment(settings, _team(team), builtin_tools(
+                files_root=None)) as bus:
+            return await _run_and_show(bus, request, as_json)
+
+    _run_async(main)
+
+
+@app.command()
+def worker(
+    role: Annotated[list[str], typer.Option("--role", "-r", help="Role to serve (repeatable).")],
+    team: TeamOpt = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve actors of the named roles until SIGTERM/SIGINT (then drain)."""
+    setup_logging(verbose)
+    _serve(build_settings(nats, creds, prefix), _team(team), role)
+
+
+@app.command()
+def up(
+    team: TeamOpt = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve every role of the team in this process until SIGTERM/SIGINT."""
+    setup_logging(verbose)
+    _serve(build_settings(nats, creds, prefix), _team(team), None)
+
+
+def _serve(settings: Settings, team_config: TeamConfig, roles: list[str] | None) -> None:
+    async def main() -> int:
+        tools = builtin_tools(files_root=team_config.files_root)
+        async with open_bus(settings) as bus:
+            actors = build_team_actors(bus, team_config, tools, roles)
+            names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
+            logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,
+                                               bus.server_url, bus.prefix)
+            await serve_actors(actors)
+        return 0
+
+    _run_async(main)
+
+
+def main() -> None:
+    app()

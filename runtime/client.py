@@ -1,0 +1,59 @@
+"""Submitting runs and following their events, for the CLI, tests and other programs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from nats.errors import NoRespondersError
+from nats.js import api
+
+from protocols import (
+    TERMINAL_EVENTS,
+    ActorError,
+    RunAccepted,
+    RunEvent,
+    RunRejected,
+    RunRequest,
+    Stream,
+    Verb,
+    decoder_for,
+    stream_name,
+)
+
+from .bus import Bus
+from .errors import PlancastError
+
+
+class RunNotAccepted(PlancastError):
+    """The planner refused the run, or no planner answered."""
+
+
+async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
+    """Hand a goal to a planner; returns once a planner has taken the run on."""
+    try:
+        reply = await bus.request(bus.subject(Verb.RUN_SUBMIT), request,
+                                  RunAccepted | RunRejected | ActorError, timeout=timeout)
+    except (TimeoutError, NoRespondersError) as exc:
+        raise RunNotAccepted(
+            f"no planner answered on {bus.subject(Verb.RUN_SUBMIT)}: start one with "
+            "`plancast worker --role planner` (or `plancast up`)") from exc
+    if isinstance(reply, RunAccepted):
+        return reply
+    raise RunNotAccepted(reply.reason)
+
+
+async def follow(bus: Bus, run_id: str, *, until_end: bool = True) -> AsyncIterator[RunEvent]:
+    """A run's events from the first, in order, then live; stops after the last one."""
+    decoder = decoder_for(RunEvent)
+    sub = await bus.js.subscribe(
+        bus.subject(Verb.EVENT, run_id), stream=stream_name(bus.prefix, Stream.EVENTS),
+        ordered_consumer=True, deliver_policy=api.DeliverPolicy.ALL,
+    )
+    try:
+        async for msg in sub.messages:
+            event = decoder.decode(msg.data)
+            yield event
+            if until_end and isinstance(event, TERMINAL_EVENTS):
+                return
+    finally:
+        await sub.unsubscribe()

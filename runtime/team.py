@@ -1,0 +1,146 @@
+"""Team configuration: which roles exist, their prompts, models, tools and concurrency.
+
+Written in TOML (``plancast.toml``, ``--team`` or ``PLANCAST_ROLES_FILE``) or built in
+code. Models are named presets or inline tables; nothing is implied, so a role that
+needs a model and has none is a startup error that names the setting to add::
+
+    [models.strong]
+    model = "gpt-4.1"
+
+    [roles.planner]
+    kind = "planner"
+    model = "strong"
+
+    [roles.researcher]
+    description = "looks facts up"
+    model = { model = "gpt-4.1-mini" }
+    tools = ["http_get", "math"]
+    concurrency = 4
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import PlancastError
+from .llm import ModelSettings
+
+MODEL_KINDS = {"planner", "critic", "synthesizer"}
+"""Kinds that always talk to a model."""
+
+
+class TeamConfigError(PlancastError):
+    """The team file is missing, not TOML, or breaks a rule; the message names the fix."""
+
+
+class RoleConfig(BaseModel):
+    """One role: a kind of actor (an entry point in ``plancast.roles``) and its settings."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The role's name, used in plans (``step.role``) and subjects."""
+    kind: str = "executor"
+    """The entry point that builds it: ``planner``, ``executor``, ``critic``, ``synthesizer``..."""
+    description: str = ""
+    """What the role is good at; the planner reads it when assigning steps."""
+    system_prompt: str = ""
+    """The role's system prompt; empty uses the kind's built-in prompt."""
+    model: ModelSettings | None = None
+    """The model it talks to; required unless the role only runs tool steps."""
+    tools: list[str] = Field(default_factory=list)
+    """Tools the role may use (tool steps and agent steps alike)."""
+    concurrency: int = Field(default=1, ge=1, le=1024)
+    """Tasks one instance works on at once."""
+    max_tool_rounds: int = Field(default=6, ge=1, le=50)
+    """Model/tool round trips one agent step may take."""
+    tool_steps_only: bool = False
+    """An executor that only runs tool steps, so it needs no model."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Kind-specific options (see each role's docs)."""
+
+    def needs_model(self) -> bool:
+        return self.kind in MODEL_KINDS or not self.tool_steps_only
+
+
+class TeamConfig(BaseModel):
+    """Every role of a deployment and the run policies the planner applies."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    roles: dict[str, RoleConfig]
+    """Roles by name."""
+    step_attempts: int = Field(default=2, ge=1, le=10)
+    """Tries of a failing step before it fails into a replan."""
+    review_attempts: int = Field(default=2, ge=1, le=10)
+    """Critic rejections of a step before it fails into a replan."""
+    plan_attempts: int = Field(default=2, ge=1, le=10)
+    """Times the planner asks its model again after an invalid plan."""
+    files_root: Path | None = None
+    """Directory the ``read_file`` tool may read; None disables it."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TeamConfig:
+        for name, role in self.roles.items():
+            if role.needs_model() and role.model is None:
+                raise ValueError(
+                    f"role {name!r} has no model: add `model = \"<preset>\"` or "
+                    f"`model = {{ model = \"<name>\" }}` under [roles.{name}] "
+                    "(or `tool_steps_only = true` for an executor that only runs tools)"
+                )
+        return self
+
+    def of_kind(self, kind: str) -> list[RoleConfig]:
+        return [r for r in self.roles.values() if r.kind == kind]
+
+    def executors(self) -> list[RoleConfig]:
+        """The roles a plan may assign steps to."""
+        return [r for r in self.roles.values() if r.kind not in MODEL_KINDS]
+
+    def role(self, name: str) -> RoleConfig:
+        try:
+            return self.roles[name]
+        except KeyError:
+            raise TeamConfigError(
+                f"no role {name!r} in the team; configured roles: {', '.join(sorted(self.roles))}"
+            ) from None
+
+
+def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> TeamConfig:
+    """Resolve model presets and role names, then validate."""
+    data = dict(data)
+    presets = data.pop("models", {})
+    roles: dict[str, Any] = {}
+    for name, raw in (data.pop("roles", None) or {}).items():
+        role = dict(raw)
+        role.setdefault("name", name)
+        model = role.get("model")
+        if isinstance(model, str):
+            if model not in presets:
+                raise TeamConfigError(
+                    f"{source}: role {name!r} uses model preset {model!r}, but there is no "
+                    f"[models.{model}] table (presets: {', '.join(sorted(presets)) or 'none'})"
+                )
+            role["model"] = presets[model]
+        roles[name] = role
+    if not roles:
+        raise TeamConfigError(f"{source}: no roles; add at least a [roles.<name>] table")
+    try:
+        return TeamConfig(roles=roles, **data)
+    except ValidationError as exc:
+        raise TeamConfigError(f"{source}: {exc}") from exc
+
+
+def load_team(path: Path) -> TeamConfig:
+    """Read a team TOML file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise TeamConfigError(f"team file {path} does not exist; pass --team FILE") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TeamConfigError(f"{path} is not valid TOML: {exc}") from exc
+    return team_from_dict(data, source=str(path))

@@ -1,0 +1,116 @@
+"""A live terminal view of a run, built from its events alone (so it works for any run)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from protocols import (
+    CriticVerdict,
+    PlanRejected,
+    ReplanStarted,
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepDispatched,
+    StepFailed,
+    StepFinished,
+    StepPlanned,
+    StepStarted,
+    Usage,
+    UsageRecorded,
+)
+
+_STYLE = {"planned": "dim", "dispatched": "yellow", "running": "cyan", "done": "green",
+          "failed": "red", "retrying": "magenta", "reviewing": "blue"}
+
+
+@dataclass
+class _Row:
+    title: str
+    role: str
+    deps: str
+    state: str = "planned"
+    attempt: int = 1
+    executor: str = ""
+    started: float | None = None
+    took: float | None = None
+    note: str = ""
+
+
+@dataclass
+class RunView:
+    """Folds events into a table of steps; ``render()`` gives the current picture."""
+
+    run_id: str
+    goal: str = ""
+    rows: dict[int, _Row] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    outcome: RunFinished | RunFailed | None = None
+
+    def apply(self, event: RunEvent) -> None:
+        match event:
+            case RunStarted():
+                self.goal = event.goal
+            case StepPlanned():
+                s = event.step
+                self.rows[s.id] = _Row(s.title or s.tool or (s.instruction or "")[:40], s.role,
+                                       ",".join(map(str, s.depends_on)) or "-")
+            case StepDispatched():
+                row = self.rows[event.step_id]
+                row.state, row.attempt = "dispatched", event.attempt
+            case StepStarted():
+                row = self.rows[event.step_id]
+                row.state, row.executor, row.started = "running", event.executor, event.ts
+            case StepFinished():
+                row = self.rows[event.step_id]
+                row.state, row.note = "done", event.output.replace("\n", " ")[:60]
+                row.took = event.duration or (event.ts - row.started if row.started else None)
+            case StepFailed():
+                row = self.rows[event.step_id]
+                row.state = "retrying" if event.will_retry else "failed"
+                row.note = event.error[:60]
+            case CriticVerdict():
+                row = self.rows[event.step_id]
+                verdict = "approved" if event.approved else "rejected"
+                row.note = f"critic {verdict}: {event.critique[:50]}"
+            case PlanRejected():
+                self.notes.append(f"plan rejected: {event.error[:100]}")
+            case ReplanStarted():
+                self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
+            case UsageRecorded():
+                self.usage = event.total
+            case RunFinished() | RunFailed():
+                self.outcome = event
+                self.usage = event.usage
+
+    def render(self) -> RenderableType:
+        table = Table(title=f"{self.run_id}: {self.goal}", title_justify="left", expand=False)
+        for col in ("step", "role", "after", "title", "state", "took"):
+            table.add_column(col, no_wrap=True, max_width=28)
+        table.add_column("executor / output", no_wrap=True, overflow="ellipsis", max_width=48)
+        now = time.time()
+        for sid, row in sorted(self.rows.items()):
+            took = row.took if row.took is not None else (
+                now - row.started if row.started and row.state == "running" else None)
+            state = row.state + (f" #{row.attempt}" if row.attempt > 1 else "")
+            table.add_row(str(sid), row.role, row.deps, row.title,
+                          Text(state, style=_STYLE.get(row.state, "")),
+                          f"{took:.2f}s" if took is not None else "",
+                          row.note or row.executor)
+        parts: list[RenderableType] = [table]
+        parts += [Text(n, style="yellow") for n in self.notes[-3:]]
+        parts.append(Text(usage_line(self.usage), style="dim"))
+        return Group(*parts)
+
+
+def usage_line(usage: Usage) -> str:
+    cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
+    return (f"model calls: {usage.calls}, tokens: {usage.prompt_tokens} in / "
+            f"{usage.completion_tokens} out{cost}")
