@@ -81,6 +81,8 @@ class Run:
             known_roles=[r.name for r in self.team.executors()],
             known_tools=planner.ctx.tools.names(), max_steps=request.max_steps,
         )
+        self.stream_plan = bool(planner.config.options.get("stream_plan", True))
+        """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = Usage()
         self._lock = anyio.Lock()
         self._round_over = anyio.Event()
@@ -143,15 +145,23 @@ class Run:
                          "content": self.planner.config.system_prompt or prompts.PLANNER},
                         {"role": "user", "content": content}]
             try:
+                held: list[Step] = []  # with streaming off, steps wait for the whole plan
                 async with model.stream_lines(messages) as lines:
                     try:
                         async for number, line in _numbered(lines):
                             step = _parse_step(number, line)
-                            if step is not None and step not in accepted:
-                                await self._accept(round_, step)
-                                accepted.append(step)
+                            if step is None or step in accepted or step in held:
+                                continue
+                            if not self.stream_plan:
+                                held.append(step)
+                                continue
+                            await self._accept(round_, step)
+                            accepted.append(step)
                     finally:
                         await self._spent("planner", lines.usage or Usage())
+                for step in held:
+                    await self._accept(round_, step)
+                    accepted.append(step)
                 async with self._lock:
                     self.scheduler.close_plan()
                     await self.events.emit(PlanFinished(run_id=self.run_id, round=round_,
