@@ -16,6 +16,7 @@ from runtime.agent import run_agent
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
 from runtime.role import RoleActor
+from runtime.tools.context import StepContext, current_step
 
 from . import prompts
 
@@ -42,13 +43,14 @@ class Executor(RoleActor):
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
         me = f"{self.name}/{self.instance}"
+        ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me)
         results = self.bus.subject(Verb.RESULT, task.run_id)
-        key = f"{task.run_id}/{task.step.id}/{task.attempt}"
         await self.bus.publish_durable(
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
-                                 attempt=task.attempt, executor=me),
-            msg_id=f"{key}/claim",
+                                 attempt=task.attempt, executor=me, delivery=ctx.delivery),
+            msg_id=f"{ctx.key}/claim",
         )
+        token = current_step.set(ctx)
         started = time.time()
         usage = Usage()
         try:
@@ -59,11 +61,15 @@ class Executor(RoleActor):
         except PlancastError as exc:
             outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                        "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
+        finally:
+            current_step.reset(token)
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
             started_at=started, finished_at=time.time(), executor=me, **outcome,
         )
-        await self.bus.publish_durable(results, result, msg_id=key)
+        # The id names the delivery too: a stale executor's result must not be mistaken
+        # for (and de-duplicate away) the result of the redelivery that owns the attempt.
+        await self.bus.publish_durable(results, result, msg_id=ctx.key)
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:
         step = task.step

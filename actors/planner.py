@@ -1,18 +1,29 @@
-"""The planner: takes runs on, owns each one's DAG, and routes what comes back to it."""
+"""The planner: takes runs on, owns each one's DAG, and routes what comes back to it.
+
+Each run it owns has a lease in the run-state bucket, renewed while it lives. A run
+whose lease ran out (its planner died) is adopted by any planner, which resumes it
+from the stored state: finished steps stay finished, steps in flight are awaited.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup, TaskStatus
+from nats.js.errors import KeyWrongLastSequenceError, NoKeysError
 
 from protocols import (
     Message,
     ReplanRequest,
     RunAccepted,
+    RunRecord,
     RunRequest,
     StepClaimed,
     StepResult,
@@ -20,13 +31,18 @@ from protocols import (
     SynthesisDecision,
     Verb,
     Verdict,
+    decode,
+    encode,
+    runs_bucket,
+    stream_name,
     subject,
 )
 from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.role import RoleActor, RoleContext
 
-from .run import Run
+from .run import LostRun, Run, run_key
+from .run_state import restore
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +54,7 @@ def new_run_id() -> str:
 
 
 class Planner(RoleActor):
-    """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.>`` for the runs it owns."""
+    """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.<run>`` for each run it owns."""
 
     role = "planner"
 
@@ -46,44 +62,112 @@ class Planner(RoleActor):
         # Handlers are short (a run is a task of its own), so many may be in hand at once.
         super().__init__(ctx, instance=instance, concurrency=max(ctx.role.concurrency, 256))
         self.runs: dict[str, Run] = {}
+        self.lease = self.settings.run_lease
+        self.owner_id = f"{self.name}/{self.instance}"
+        self.kv: Any = None
         self._runs_tg: TaskGroup | None = None
 
     def sources(self) -> Sequence[Source]:
-        return [
-            Subscription(self.bus.subject(Verb.RUN_SUBMIT), queue="planner",
-                         accepts=(RunRequest,)),
-            WorkQueue(Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, wildcard=True),
-                      "planner", accepts=RESULT_TYPES),
-        ]
+        return [Subscription(self.bus.subject(Verb.RUN_SUBMIT), queue="planner",
+                             accepts=(RunRequest,))]
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self.kv = await self.bus.js.key_value(runs_bucket(self.bus.prefix))
         async with anyio.create_task_group() as runs:
             self._runs_tg = runs
+            runs.start_soon(self._lease_loop)
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
+
+    # -- taking runs on ------------------------------------------------------------------
 
     @on(RunRequest)
     async def submit(self, request: RunRequest, delivery: Delivery) -> None:
         run_id = request.run_id or new_run_id()
-        accepted = RunAccepted(run_id=run_id,
-                               events_subject=self.bus.subject(Verb.EVENT, run_id))
-        if run_id not in self.runs:
-            run = self.runs[run_id] = Run(self, run_id, request)
-            assert self._runs_tg is not None
-            self._runs_tg.start_soon(self._drive, run)
-        await delivery.respond(accepted)
-
-    async def _drive(self, run: Run) -> None:
+        record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,
+                           lease_until=time.time() + self.lease, started_at=time.time())
         try:
-            await run.drive()
+            revision = await self.kv.create(run_key(run_id), encode(record))
+        except KeyWrongLastSequenceError:
+            log.info("run %s was submitted before; answering as accepted", run_id)
+        else:
+            self._start(Run(self, self._restore(record), revision), resumed=False)
+        await delivery.respond(RunAccepted(run_id=run_id,
+                                           events_subject=self.bus.subject(Verb.EVENT, run_id)))
+
+    def _restore(self, record: RunRecord) -> Any:
+        return restore(record, known_roles=[r.name for r in self.ctx.team.executors()],
+                       known_tools=self.ctx.tools.names())
+
+    def _start(self, run: Run, *, resumed: bool) -> None:
+        self.runs[run.run_id] = run
+        assert self._runs_tg is not None
+        self._runs_tg.start_soon(self._drive, run, resumed)
+
+    async def _drive(self, run: Run, resumed: bool) -> None:
+        results = await self.add_source(WorkQueue(
+            Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run.run_id),
+            f"run-{run.run_id}", accepts=RESULT_TYPES, ack_wait=self.lease))
+        try:
+            with anyio.CancelScope() as run.scope:
+                await run.drive(resumed=resumed)
         finally:
+            results.cancel()
             self.runs.pop(run.run_id, None)
+            if run.record.status != "active":
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await self.bus.js.delete_consumer(
+                        stream_name(self.bus.prefix, Stream.RESULTS), f"run-{run.run_id}")
+
+    # -- what comes back -----------------------------------------------------------------
 
     @on(*RESULT_TYPES)
     async def outcome(self, message: Message, delivery: Delivery) -> None:
         run = self.runs.get(message.run_id)  # type: ignore[attr-defined]
         if run is None:
-            log.info("%s for run %s, which this planner does not own; ignored",
+            log.info("%s for run %s, which this planner no longer drives; ignored",
                      type(message).__name__, message.run_id)  # type: ignore[attr-defined]
             return
-        await run.receive(message)
+        try:
+            await run.receive(message)
+        except LostRun:
+            run.scope.cancel()
+            await delivery.nak()  # the run's new owner will get it
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        """Renew our runs' leases; adopt runs whose planner stopped renewing."""
+        while True:
+            for run in list(self.runs.values()):
+                try:
+                    await run.save()
+                except LostRun:
+                    run.scope.cancel()
+            try:
+                await self._adopt_orphans()
+            except Exception as exc:  # a bus hiccup must not stop lease renewal
+                log.warning("looking for orphaned runs failed: %s", exc)
+            await anyio.sleep(self.lease / 3)
+
+    async def _adopt_orphans(self) -> None:
+        try:
+            keys = await self.kv.keys()
+        except NoKeysError:
+            return
+        for key in keys:
+            run_id = key.removeprefix("runs.")
+            if run_id == key or run_id in self.runs:
+                continue
+            entry = await self.kv.get(key)
+            record = decode(entry.value, RunRecord)
+            if record.status != "active" or record.lease_until > time.time():
+                continue
+            claimed = msgspec.structs.replace(record, owner=self.owner_id,
+                                              lease_until=time.time() + self.lease)
+            try:
+                revision = await self.kv.update(key, encode(claimed), last=entry.revision)
+            except KeyWrongLastSequenceError:
+                continue  # another planner was quicker
+            log.warning("adopting run %s from %s (its lease expired)", run_id, record.owner)
+            self._start(Run(self, self._restore(claimed), revision), resumed=True)

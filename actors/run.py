@@ -6,12 +6,15 @@ streaming see a consistent DAG, and every change is an event, in order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
 import anyio
 import msgspec
+from nats.js.errors import KeyWrongLastSequenceError
 
 from protocols import (
     CriticVerdict,
@@ -25,7 +28,6 @@ from protocols import (
     ReviewTask,
     RunFailed,
     RunFinished,
-    RunRequest,
     RunStarted,
     Step,
     StepClaimed,
@@ -42,17 +44,24 @@ from protocols import (
     UsageRecorded,
     Verb,
     Verdict,
+    encode,
 )
 from runtime.errors import ModelError, PlanValidationError
 from runtime.events import EventLog
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import StepState
 
-from . import prompts
+from . import prompts, run_state
+from .run_state import RunState, StepMeta, accepted_in_round
 
 if TYPE_CHECKING:
     from .planner import Planner
 
 log = logging.getLogger(__name__)
+
+def run_key(run_id: str) -> str:
+    """The run's key in the run-state bucket."""
+    return f"runs.{run_id}"
+
 
 PREVIEW = 4000
 """Characters of a step's output carried in its ``step.finished`` event."""
@@ -69,54 +78,81 @@ class RunFailure(Exception):
         self.stage = stage
 
 
+class LostRun(Exception):
+    """Another planner took the run over (our compare-and-set failed): stop driving it."""
+
+
 class Run:
-    def __init__(self, planner: Planner, run_id: str, request: RunRequest) -> None:
+    """One run, driven by the planner that holds its lease."""
+
+    def __init__(self, planner: Planner, state: RunState, revision: int) -> None:
         self.planner = planner
         self.bus = planner.bus
         self.team = planner.ctx.team
-        self.run_id = run_id
-        self.request = request
-        self.events = EventLog(self.bus, run_id)
-        self.scheduler = Scheduler(
-            known_roles=[r.name for r in self.team.executors()],
-            known_tools=planner.ctx.tools.names(), max_steps=request.max_steps,
-        )
+        record = state.record
+        self.run_id = record.run_id
+        self.request = record.request
+        self.record = record
+        self.scheduler = state.scheduler
+        self.meta = state.meta
+        self.events = EventLog(self.bus, self.run_id, next_seq=record.next_seq)
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
-        self.usage = Usage()
+        self.usage = record.usage
+        self.plan_closed = record.plan_closed
+        self.synthesis_round = record.synthesis_round
+        self.round_reason = record.round_reason
+        self._revision = revision
+        self._saved = self._version = 0
+        self._save_lock = anyio.Lock()
         self._lock = anyio.Lock()
         self._round_over = anyio.Event()
         self._replan: ReplanRequest | None = None
-        self._review_output: dict[int, str] = {}
-        self._feedback: dict[int, str] = {}
         self._decision: SynthesisDecision | None = None
         self._decided = anyio.Event()
+        self.scope = anyio.CancelScope()
+        """Cancelled when the run is lost to another planner."""
+
+    @property
+    def key(self) -> str:
+        return run_key(self.run_id)
 
     # -- the run, top to bottom ----------------------------------------------------------
 
-    async def drive(self) -> None:
+    async def drive(self, *, resumed: bool = False) -> None:
         req = self.request
-        await self.events.emit(RunStarted(run_id=self.run_id, goal=req.goal,
-                                          planner=f"{self.planner.name}/{self.planner.instance}"))
-        reason, source = "", ""
+        if not resumed:
+            await self.events.emit(RunStarted(
+                run_id=self.run_id, goal=req.goal,
+                planner=f"{self.planner.name}/{self.planner.instance}"))
+            await self.save()
         try:
-            for round_ in range(req.max_replans + 1):
-                if round_:
-                    self.scheduler.new_round()
-                    await self.events.emit(ReplanStarted(run_id=self.run_id, round=round_,
-                                                         reason=reason, source=source))
-                await self._plan(round_, reason)
+            while True:
+                round_ = self.scheduler.round
+                if not self.plan_closed:
+                    await self._plan(round_, self.round_reason)
+                else:
+                    async with self._lock:  # a resumed run: send what was ready, then wait
+                        await self._dispatch(self.scheduler.ready())
+                        self._check_round_over()
                 await self._round_over.wait()
                 reason, source = self._why_replan()
                 if not reason:
                     decision = await self._synthesize(req.max_replans - round_)
                     if decision.action == "finish":
-                        await self.events.emit(RunFinished(run_id=self.run_id,
-                                                           answer=decision.answer,
-                                                           usage=self.usage))
+                        await self._finish(decision.answer)
                         return
                     reason, source = decision.reason or "the synthesizer asked", "synthesizer"
-            raise RunFailure("execute", f"no replans left; last reason: {reason}")
+                if round_ >= req.max_replans:
+                    raise RunFailure("execute", f"no replans left; last reason: {reason}")
+                async with self._lock:
+                    self.scheduler.new_round()
+                    self.plan_closed, self.round_reason = False, reason
+                    await self.events.emit(ReplanStarted(run_id=self.run_id, round=round_ + 1,
+                                                         reason=reason, source=source))
+                await self.save()
+        except LostRun:
+            log.warning("run %s was taken over by another planner; stopping here", self.run_id)
         except RunFailure as failure:
             await self._fail(failure.stage, str(failure))
         except ModelError as exc:
@@ -129,7 +165,7 @@ class Run:
         """Stream the plan into the scheduler; each step is dispatched as soon as it is ready."""
         self._round_over = anyio.Event()
         self._replan = None
-        accepted: list[Step] = []
+        accepted = accepted_in_round(self.scheduler, self.meta)
         error = ""
         model = self.planner.model
         for attempt in range(1, self.team.plan_attempts + 1):
@@ -164,9 +200,11 @@ class Run:
                     accepted.append(step)
                 async with self._lock:
                     self.scheduler.close_plan()
+                    self.plan_closed = True
                     await self.events.emit(PlanFinished(run_id=self.run_id, round=round_,
                                                         steps=len(accepted)))
                     self._check_round_over()
+                await self.save()
                 return
             except PlanValidationError as exc:
                 error = str(exc)
@@ -180,11 +218,13 @@ class Run:
         async with self._lock:
             self._check_tool_allowed(step)
             ready = self.scheduler.add(step)
+            self.meta[step.id] = StepMeta(round_)
             # Subscribers see the real DAG: $N references count as dependencies.
             shown = msgspec.structs.replace(
                 step, depends_on=sorted(self.scheduler.dependencies(step.id)))
             await self.events.emit(StepPlanned(run_id=self.run_id, round=round_, step=shown))
             await self._dispatch(ready)
+        await self.save()
 
     async def _dispatch(self, steps: list[Step]) -> None:
         for step in steps:
@@ -197,7 +237,7 @@ class Run:
                 sent, inputs = step, self.scheduler.inputs_for(step)
             task = StepTask(run_id=self.run_id, goal=self.request.goal, step=sent,
                             attempt=attempt, inputs=inputs,
-                            feedback=self._feedback.get(step.id, ""))
+                            feedback=self.meta[step.id].feedback)
             await self.bus.publish_durable(
                 self.bus.subject(Verb.STEP, step.role), task,
                 msg_id=f"{self.run_id}/{step.id}/{attempt}",
@@ -207,6 +247,8 @@ class Run:
 
     async def _synthesize(self, replans_left: int) -> SynthesisDecision:
         self._decided = anyio.Event()
+        self.synthesis_round = self.scheduler.round
+        await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=self.scheduler.failures,
@@ -220,13 +262,11 @@ class Run:
     # -- what comes back -----------------------------------------------------------------
 
     async def receive(self, message: Message) -> None:
+        """Apply an outcome; returns once the new state is stored (so it may be acked)."""
         async with self._lock:
             match message:
                 case StepClaimed():
-                    if self._current(message.step_id, message.attempt):
-                        await self.events.emit(StepStarted(
-                            run_id=self.run_id, step_id=message.step_id,
-                            attempt=message.attempt, executor=message.executor))
+                    await self._on_claim(message)
                 case StepResult():
                     await self._on_result(message)
                 case Verdict():
@@ -239,11 +279,24 @@ class Run:
                 case ReplanRequest():
                     self._replan = message
                     self._round_over.set()
+        await self.save()
+
+    async def _on_claim(self, claim: StepClaimed) -> None:
+        """The latest delivery's claimant owns the attempt: outcomes from others are stale."""
+        meta = self.meta.get(claim.step_id)
+        if meta is None or not self._current(claim.step_id, claim.attempt) \
+                or claim.delivery < meta.delivery:
+            return
+        meta.executor, meta.delivery = claim.executor, claim.delivery
+        await self.events.emit(StepStarted(run_id=self.run_id, step_id=claim.step_id,
+                                           attempt=claim.attempt, executor=claim.executor))
 
     async def _on_result(self, result: StepResult) -> None:
-        if not self._current(result.step_id, result.attempt):
-            log.info("run %s: stale result for step %d attempt %d ignored",
-                     self.run_id, result.step_id, result.attempt)
+        meta = self.meta.get(result.step_id)
+        if meta is None or not self._current(result.step_id, result.attempt) \
+                or (meta.executor and result.executor != meta.executor):
+            log.info("run %s: stale result for step %d attempt %d from %s ignored",
+                     self.run_id, result.step_id, result.attempt, result.executor)
             return
         await self._spent(f"step:{result.step_id}", result.usage)
         step = self.scheduler.step(result.step_id)
@@ -252,8 +305,8 @@ class Run:
             await self._step_failed(step, result.attempt, result.error, retry)
             return
         output = result.output or ""
-        if step.review and step.id not in self._review_output:
-            self._review_output[step.id] = output
+        if step.review and meta.review_output is None:
+            meta.review_output = output
             review = ReviewTask(run_id=self.run_id, goal=self.request.goal, step=step,
                                 attempt=result.attempt, output=output,
                                 inputs=self.scheduler.inputs_for(step))
@@ -265,19 +318,20 @@ class Run:
                               result.finished_at - result.started_at)
 
     async def _on_verdict(self, verdict: Verdict) -> None:
-        if not self._current(verdict.step_id, verdict.attempt) or \
-                verdict.step_id not in self._review_output:
+        meta = self.meta.get(verdict.step_id)
+        if meta is None or meta.review_output is None \
+                or not self._current(verdict.step_id, verdict.attempt):
             return
         await self._spent(f"critic:{verdict.step_id}", verdict.usage)
         await self.events.emit(CriticVerdict(
             run_id=self.run_id, step_id=verdict.step_id, attempt=verdict.attempt,
             approved=verdict.approved, critique=verdict.critique))
         step = self.scheduler.step(verdict.step_id)
-        output = self._review_output.pop(step.id)
+        output, meta.review_output = meta.review_output, None
         if verdict.approved:
             await self._step_done(step, verdict.attempt, output, "", 0.0)
             return
-        self._feedback[step.id] = verdict.critique
+        meta.feedback = verdict.critique
         retry = verdict.attempt < self.team.review_attempts
         await self._step_failed(step, verdict.attempt,
                                 f"rejected by the critic: {verdict.critique}", retry)
@@ -297,6 +351,8 @@ class Run:
                                           error=error, will_retry=retry))
         if retry:
             self.scheduler.retry(step.id)
+            meta = self.meta[step.id]
+            meta.executor, meta.delivery = "", 0
             await self._dispatch([step])
         else:
             self.scheduler.fail(step.id, error)
@@ -342,10 +398,41 @@ class Run:
             await self.events.emit(UsageRecorded(run_id=self.run_id, source=source,
                                                  usage=usage, total=self.usage))
 
+    async def _finish(self, answer: str) -> None:
+        await self.events.emit(RunFinished(run_id=self.run_id, answer=answer, usage=self.usage))
+        self.record = msgspec.structs.replace(self.record, status="finished", outcome=answer)
+        await self.save()
+
     async def _fail(self, stage: Stage, reason: str) -> None:
         log.warning("run %s failed at %s: %s", self.run_id, stage, reason)
         await self.events.emit(RunFailed(run_id=self.run_id, reason=reason,
                                          stage=stage, usage=self.usage))
+        self.record = msgspec.structs.replace(self.record, status="failed", outcome=reason)
+        with contextlib.suppress(LostRun):
+            await self.save()
+
+    async def save(self) -> None:
+        """Store the run's state with compare-and-set; concurrent callers share one write.
+
+        Raises ``LostRun`` if another planner wrote the record meanwhile (it took over).
+        """
+        self._version += 1
+        wanted = self._version
+        async with self._save_lock:
+            if self._saved >= wanted:
+                return  # a write that started after our change already covered it
+            version = self._version
+            record = run_state.snapshot(
+                self.record, self.scheduler, self.meta, plan_closed=self.plan_closed,
+                synthesis_round=self.synthesis_round, next_seq=self.events.next_seq,
+                usage=self.usage, owner=self.planner.owner_id,
+                lease_until=time.time() + self.planner.lease, round_reason=self.round_reason)
+            try:
+                self._revision = await self.planner.kv.update(self.key, encode(record),
+                                                              last=self._revision)
+            except KeyWrongLastSequenceError as exc:
+                raise LostRun(self.run_id) from exc
+            self._saved = version
 
 
 async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]:

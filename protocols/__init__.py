@@ -43,6 +43,8 @@ from .plan import Step as Step
 from .plan import StepId as StepId
 from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES
 from .schema import json_schema as json_schema
+from .state import RunRecord as RunRecord
+from .state import StepRecord as StepRecord
 from .subjects import DEFAULT_PREFIX as DEFAULT_PREFIX
 from .subjects import InvalidSubjectToken as InvalidSubjectToken
 from .subjects import Stream as Stream

@@ -74,6 +74,8 @@ class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
     """The attempt started."""
     executor: str
     """The instance working on it (``role/instance``)."""
+    delivery: int = 1
+    """JetStream's delivery count: a redelivered task has a higher one (fences stale work)."""
 
 
 class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):

@@ -24,6 +24,7 @@ from .messages import (
     Verdict,
 )
 from .plan import Plan, Step
+from .state import RunRecord
 
 PUBLIC_MESSAGES: tuple[Any, ...] = (
     RunRequest,
@@ -39,6 +40,7 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     ReplanRequest,
     Heartbeat,
     ActorError,
+    RunRecord,
     *RunEvent.__args__,
 )
 """Every message type that crosses the bus."""

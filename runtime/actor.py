@@ -77,6 +77,8 @@ class WorkQueue:
     consumer: str
     """Durable consumer name, shared by every instance that does this work."""
     accepts: tuple[type[Message], ...] = ()
+    ack_wait: float | None = None
+    """Seconds before unacknowledged work is redelivered; None uses the settings."""
 
 
 Source = Subscription | WorkQueue
@@ -121,6 +123,9 @@ class Actor:
         self._stop = anyio.Event()
         self._draining = False
         self._work: TaskGroup | None = None
+        self._intake: TaskGroup | None = None
+        self._ack_wait = self.settings.ack_wait
+        """The shortest ack wait of this actor's sources: in-progress acks go out faster."""
 
     # -- what subclasses provide -------------------------------------------------------
 
@@ -142,6 +147,7 @@ class Actor:
             async with anyio.create_task_group() as work:
                 self._work = work
                 async with anyio.create_task_group() as intake:
+                    self._intake = intake
                     for source in self.sources():
                         await intake.start(self._consume, source)
                     task_status.started()
@@ -163,24 +169,33 @@ class Actor:
         self._draining = True
         self._stop.set()
 
+    async def add_source(self, source: Source) -> anyio.CancelScope:
+        """Start reading one more source while serving; cancel the scope to stop it."""
+        if self._intake is None or self._draining:
+            raise RuntimeError(f"{self.name} is not serving; sources can be added only then")
+        scope: anyio.CancelScope = await self._intake.start(self._consume, source)
+        return scope
+
     # -- intake --------------------------------------------------------------------------
 
-    async def _consume(self, source: Source, *, task_status: TaskStatus[None]) -> None:
+    async def _consume(self, source: Source, *, task_status: TaskStatus[Any]) -> None:
         accepts = source.accepts or tuple(self._handlers)
         unknown = [t.__name__ for t in accepts if t not in self._handlers]
         if unknown:
             raise TypeError(f"{type(self).__name__} has no @on handler for {unknown}")
         decoder = decoder_for(accepts[0] if len(accepts) == 1 else _union(accepts))
-        if isinstance(source, Subscription):
-            await self._consume_core(source, decoder, task_status)
-        else:
-            await self._consume_work(source, decoder, task_status)
+        with anyio.CancelScope() as scope:
+            if isinstance(source, Subscription):
+                await self._consume_core(source, decoder, scope, task_status)
+            else:
+                await self._consume_work(source, decoder, scope, task_status)
 
     async def _consume_core(
-        self, source: Subscription, decoder: Any, task_status: TaskStatus[None]
+        self, source: Subscription, decoder: Any, scope: anyio.CancelScope,
+        task_status: TaskStatus[Any],
     ) -> None:
         sub = await self.bus.nc.subscribe(source.subject, queue=source.queue or "")
-        task_status.started()
+        task_status.started(scope)
         try:
             async for msg in sub.messages:
                 await self._admit(Delivery(msg, durable=False), decoder)
@@ -189,20 +204,22 @@ class Actor:
                 await sub.unsubscribe()
 
     async def _consume_work(
-        self, source: WorkQueue, decoder: Any, task_status: TaskStatus[None]
+        self, source: WorkQueue, decoder: Any, scope: anyio.CancelScope,
+        task_status: TaskStatus[Any],
     ) -> None:
         config = api.ConsumerConfig(
             durable_name=source.consumer,
             ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=self.settings.ack_wait,
+            ack_wait=source.ack_wait or self.settings.ack_wait,
             max_deliver=self.settings.max_deliver,
             filter_subject=source.subject,
         )
+        self._ack_wait = min(self._ack_wait, config.ack_wait or self._ack_wait)
         psub = await self.bus.js.pull_subscribe(
             source.subject, durable=source.consumer,
             stream=stream_name(self.bus.prefix, source.stream), config=config,
         )
-        task_status.started()
+        task_status.started(scope)
         try:
             while True:
                 await self._slots.acquire()
@@ -337,8 +354,8 @@ class Actor:
 
     async def _keep_alive_loop(self) -> None:
         """Tell JetStream that long-running work is still in hand (no redelivery)."""
-        period = self.settings.ack_wait / 3
         while True:
+            period = self._ack_wait / 3
             await anyio.sleep(period)
             now = time.monotonic()
             for delivery, _ in list(self._in_flight.values()):

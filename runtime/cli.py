@@ -141,10 +141,10 @@ async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
             sys.stdout.write(encode(event).decode() + "\n")
             sys.stdout.flush()
     else:
-        with Live(view.render(), console=console, refresh_per_second=8) as live:
+        with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
             async for event in follow(bus, accepted.run_id):
                 view.apply(event)
-                live.update(view.render())
+                live.update(view.render(console.width))
         if isinstance(view.outcome, RunFinished):
             console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
         elif view.outcome is not None:

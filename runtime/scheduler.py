@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from protocols.plan import Step
@@ -96,6 +96,39 @@ class Scheduler:
         self._attempts = dict.fromkeys(self._results, 1)
         self._failures: dict[int, str] = {}
         self._dropped: set[int] = set()  # ids of earlier rounds' unfinished steps
+
+    @classmethod
+    def restore(
+        cls, *, known_roles: Collection[str], known_tools: Collection[str], max_steps: int,
+        round: int, closed: bool, steps: Sequence[tuple[Step, int, StepState, int, str]],
+        dropped: Collection[int] = (),
+    ) -> Scheduler:
+        """Rebuild saved state (a planner taking a run over): no validation, no side effects.
+
+        ``steps`` holds ``(step, its round, state, attempt, output or error)`` in emission
+        order; a saved ``running`` step stays running (its outcome is still on its way).
+        """
+        s = cls(known_roles=known_roles, known_tools=known_tools, max_steps=max_steps,
+                round=round)
+        for step, step_round, state, attempt, text in steps:
+            deps = tuple(sorted(set(step.depends_on) | set(references(step.args))))
+            s._steps[step.id], s._deps[step.id] = step, deps
+            s._state[step.id], s._attempts[step.id] = state, attempt
+            for dep in deps:
+                s._dependents.setdefault(dep, []).append(step.id)
+            if state is StepState.DONE:
+                s._results[step.id] = text
+            elif state is StepState.FAILED:
+                s._failures[step.id] = text
+            s._new_in_round += step_round == round
+        s._dropped = set(dropped)
+        s._closed = closed
+        return s
+
+    @property
+    def dropped(self) -> frozenset[int]:
+        """Ids of earlier rounds' unfinished steps (taken; a result for one is stale)."""
+        return frozenset(self._dropped)
 
     # -- the plan arrives ----------------------------------------------------------------
 

@@ -70,16 +70,16 @@ class RunView:
                 row.state, row.executor, row.started = "running", event.executor, event.ts
             case StepFinished():
                 row = self.rows[event.step_id]
-                row.state, row.note = "done", event.output.replace("\n", " ")[:60]
+                row.state, row.note = "done", event.output.replace("\n", " ")[:200]
                 row.took = event.duration or (event.ts - row.started if row.started else None)
             case StepFailed():
                 row = self.rows[event.step_id]
                 row.state = "retrying" if event.will_retry else "failed"
-                row.note = event.error[:60]
+                row.note = event.error[:200]
             case CriticVerdict():
                 row = self.rows[event.step_id]
                 verdict = "approved" if event.approved else "rejected"
-                row.note = f"critic {verdict}: {event.critique[:50]}"
+                row.note = f"critic {verdict}: {event.critique[:200]}"
             case PlanRejected():
                 self.notes.append(f"plan rejected: {event.error[:100]}")
             case ReplanStarted():
@@ -90,11 +90,13 @@ class RunView:
                 self.outcome = event
                 self.usage = event.usage
 
-    def render(self) -> RenderableType:
+    def render(self, width: int = 120) -> RenderableType:
+        """The table, fitted to ``width`` columns (the output column gets what is left)."""
         table = Table(title=f"{self.run_id}: {self.goal}", title_justify="left", expand=False)
-        for col in ("step", "role", "after", "title", "state", "took"):
-            table.add_column(col, no_wrap=True, max_width=28)
-        table.add_column("executor / output", no_wrap=True, overflow="ellipsis", max_width=48)
+        for col in ("#", "role", "deps", "title", "state", "took"):
+            table.add_column(col, no_wrap=True, max_width=22)
+        room = max(12, width - 78)
+        table.add_column("output", no_wrap=True, max_width=room)
         now = time.time()
         for sid, row in sorted(self.rows.items()):
             took = row.took if row.took is not None else (
@@ -103,11 +105,15 @@ class RunView:
             table.add_row(str(sid), row.role, row.deps, row.title,
                           Text(state, style=_STYLE.get(row.state, "")),
                           f"{took:.2f}s" if took is not None else "",
-                          row.note or row.executor)
+                          _clip(row.note or row.executor, room))
         parts: list[RenderableType] = [table]
         parts += [Text(n, style="yellow") for n in self.notes[-3:]]
         parts.append(Text(usage_line(self.usage), style="dim"))
         return Group(*parts)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def usage_line(usage: Usage) -> str:

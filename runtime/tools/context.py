@@ -1,0 +1,26 @@
+"""Which step a tool is running for, for tools whose side effects must be keyed by attempt."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepContext:
+    run_id: str
+    step_id: int
+    attempt: int
+    delivery: int
+    """JetStream's delivery count: >1 when the task was redelivered after a failure."""
+    executor: str
+    """``role/instance`` of the executor running it."""
+
+    @property
+    def key(self) -> str:
+        """A unique key for this execution of the step: ``run/step/attempt/delivery``."""
+        return f"{self.run_id}/{self.step_id}/{self.attempt}/{self.delivery}"
+
+
+current_step: ContextVar[StepContext | None] = ContextVar("current_step", default=None)
+"""Set by the executor around every tool call it makes for a step."""
