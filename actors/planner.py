@@ -97,7 +97,7 @@ class Planner(RoleActor):
 
     def _restore(self, record: RunRecord) -> Any:
         return restore(record, known_roles=[r.name for r in self.ctx.team.executors()],
-                       known_tools=self.ctx.tools.names())
+                       known_tools=self.ctx.team.tool_names() | set(self.ctx.tools.names()))
 
     def _start(self, run: Run, *, resumed: bool) -> None:
         self.runs[run.run_id] = run

@@ -54,7 +54,10 @@ def planner_request(
         usable = ", ".join(role.tools) or "no tools"
         lines.append(f"- {role.name}: {role.description or 'general executor'} (tools: {usable})")
     lines += ["", "Tools:"]
-    for name in tools.names():
+    for name in sorted({t for role in executors for t in role.tools}):
+        if name not in tools:  # it lives on the workers only: its name is all we know
+            lines.append(f"- {name}")
+            continue
         spec = tools.specs([name])[0]["function"]
         params = msgspec.json.encode(spec["parameters"]).decode()
         lines.append(f"- {name}: {spec['description']} args schema: {params}")

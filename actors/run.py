@@ -18,6 +18,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from protocols import (
     CriticVerdict,
+    Event,
     Message,
     Plan,
     PlanFinished,
@@ -28,6 +29,7 @@ from protocols import (
     ReviewTask,
     RunFailed,
     RunFinished,
+    RunRecord,
     RunStarted,
     Step,
     StepClaimed,
@@ -44,11 +46,13 @@ from protocols import (
     UsageRecorded,
     Verb,
     Verdict,
+    decode,
     encode,
 )
+from runtime.bus import TRANSIENT, Bus
 from runtime.errors import ModelError, PlanValidationError
 from runtime.events import EventLog
-from runtime.scheduler import StepState
+from runtime.scheduler import Scheduler, StepState
 
 from . import prompts, run_state
 from .run_state import RunState, StepMeta, accepted_in_round
@@ -78,6 +82,23 @@ class RunFailure(Exception):
         self.stage = stage
 
 
+class _SerialEventLog(EventLog):
+    """One emit at a time: ``EventLog.emit`` reads ``next_seq`` before it awaits the store.
+
+    Events are emitted both under the run's lock and outside it (plan start, the
+    planner's usage, the outcome); two concurrent emits would take the same number and
+    the second would be dropped as a duplicate ``Nats-Msg-Id``, leaving a gap.
+    """
+
+    def __init__(self, bus: Bus, run_id: str, *, next_seq: int = 1) -> None:
+        super().__init__(bus, run_id, next_seq=next_seq)
+        self._one_at_a_time = anyio.Lock()
+
+    async def emit(self, event: Event) -> Event:
+        async with self._one_at_a_time:
+            return await super().emit(event)
+
+
 class LostRun(Exception):
     """Another planner took the run over (our compare-and-set failed): stop driving it."""
 
@@ -95,7 +116,7 @@ class Run:
         self.record = record
         self.scheduler = state.scheduler
         self.meta = state.meta
-        self.events = EventLog(self.bus, self.run_id, next_seq=record.next_seq)
+        self.events = _SerialEventLog(self.bus, self.run_id, next_seq=record.next_seq)
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = record.usage
@@ -208,6 +229,10 @@ class Run:
                 return
             except PlanValidationError as exc:
                 error = str(exc)
+                async with self._lock:
+                    self._discard_unstarted()
+                    accepted = accepted_in_round(self.scheduler, self.meta)
+                await self.save()
                 await self.events.emit(PlanRejected(
                     run_id=self.run_id, round=round_, error=error,
                     retrying=attempt < self.team.plan_attempts))
@@ -381,8 +406,34 @@ class Run:
                 "planner"
         return "", ""
 
+    def _discard_unstarted(self) -> None:
+        """After a rejected plan: keep the steps already dispatched, forget the others.
+
+        Dispatched steps may be running (the price of streaming) and stay; a step that
+        never started is dropped with the plan it came from, so the corrected plan can
+        redo it (a kept step that depends on a missing or cyclic step could never run).
+        """
+        s = self.scheduler
+        waiting = {st.id for st in s.steps if s.state(st.id) is StepState.PENDING}
+        if not waiting:
+            return
+        kept = []
+        for step in s.steps:
+            if step.id in waiting:
+                del self.meta[step.id]
+                continue
+            state = s.state(step.id)
+            text = s.results[step.id] if state is StepState.DONE else s.failures.get(step.id, "")
+            kept.append((step, self.meta[step.id].round, state, s.attempt(step.id), text))
+        self.scheduler = Scheduler.restore(
+            known_roles=[r.name for r in self.team.executors()],
+            known_tools=self.planner.ctx.tools.names(), max_steps=self.request.max_steps,
+            round=s.round, closed=False, steps=kept, dropped=s.dropped)
+
     def _check_tool_allowed(self, step: Step) -> None:
         role = self.team.roles.get(step.role)
+        if step.tool not in self.planner.ctx.tools:
+            return  # an unknown tool (or none): the scheduler says which tools exist
         if role is not None and step.tool is not None and step.tool not in role.tools:
             raise PlanValidationError(
                 f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
@@ -390,7 +441,9 @@ class Run:
                 "that has the tool.", step_id=step.id)
 
     def _next_id(self) -> int:
-        return max((s.id for s in self.scheduler.steps), default=0) + 1
+        """The first id a new plan may use: dropped steps' ids stay taken."""
+        return max((*(s.id for s in self.scheduler.steps), *self.scheduler.dropped),
+                   default=0) + 1
 
     async def _spent(self, source: str, usage: Usage) -> None:
         if usage.calls:
@@ -427,12 +480,29 @@ class Run:
                 synthesis_round=self.synthesis_round, next_seq=self.events.next_seq,
                 usage=self.usage, owner=self.planner.owner_id,
                 lease_until=time.time() + self.planner.lease, round_reason=self.round_reason)
-            try:
-                self._revision = await self.planner.kv.update(self.key, encode(record),
-                                                              last=self._revision)
-            except KeyWrongLastSequenceError as exc:
-                raise LostRun(self.run_id) from exc
+            self._revision = await self._write(record)
             self._saved = version
+
+    async def _write(self, record: RunRecord) -> int:
+        """Compare-and-set, retried through a failover; a write that landed is not a loss."""
+        delay, deadline = 0.05, time.monotonic() + self.bus.settings.publish_retry_for
+        while True:
+            try:
+                revision: int = await self.planner.kv.update(self.key, encode(record),
+                                                             last=self._revision)
+                return revision
+            except KeyWrongLastSequenceError as exc:
+                entry = await self.planner.kv.get(self.key)
+                stored = decode(entry.value, RunRecord)
+                if stored.owner == record.owner and stored.updated_at == record.updated_at:
+                    return int(entry.revision)  # our earlier try landed; its ack was lost
+                raise LostRun(self.run_id) from exc
+            except TRANSIENT as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.info("run %s: saving state failed (%s); retrying", self.run_id, exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
 
 async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]:

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import anyio
 import nats
 from nats.aio.client import Client as NatsClient
+from nats.errors import ConnectionReconnectingError, NoRespondersError
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 from protocols import Message, Verb, decode, encode, subject
 
@@ -25,6 +27,12 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 M = TypeVar("M")
+
+TRANSIENT: tuple[type[Exception], ...] = (
+    TimeoutError, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
+    ConnectionReconnectingError,
+)
+"""Publish failures that pass on their own (during failover); retried when idempotent."""
 
 
 class Bus:
@@ -65,8 +73,18 @@ class Bus:
         hdrs = dict(headers or {})
         if msg_id is not None:
             hdrs["Nats-Msg-Id"] = msg_id
-        ack = await self.js.publish(subj, encode(message), headers=hdrs or None)
-        return int(ack.seq)
+        payload = encode(message)
+        delay, deadline = 0.05, anyio.current_time() + self.settings.publish_retry_for
+        while True:
+            try:
+                ack = await self.js.publish(subj, payload, headers=hdrs or None)
+                return int(ack.seq)
+            except TRANSIENT as exc:  # a leader election or a reconnect: try again
+                if msg_id is None or anyio.current_time() + delay > deadline:
+                    raise
+                log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0

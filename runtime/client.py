@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 from nats.errors import NoRespondersError
 from nats.js import api
 
@@ -29,14 +30,27 @@ class RunNotAccepted(PlancastError):
 
 
 async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
-    """Hand a goal to a planner; returns once a planner has taken the run on."""
-    try:
-        reply = await bus.request(bus.subject(Verb.RUN_SUBMIT), request,
-                                  RunAccepted | RunRejected | ActorError, timeout=timeout)
-    except (TimeoutError, NoRespondersError) as exc:
-        raise RunNotAccepted(
-            f"no planner answered on {bus.subject(Verb.RUN_SUBMIT)}: start one with "
-            "`plancast worker --role planner` (or `plancast up`)") from exc
+    """Hand a goal to a planner; returns once a planner has taken the run on.
+
+    While no planner listens (workers still starting), the request is sent again until
+    ``timeout``: nobody received it, so that cannot start a run twice.
+    """
+    subj = bus.subject(Verb.RUN_SUBMIT)
+    deadline = anyio.current_time() + timeout
+    while True:
+        left = deadline - anyio.current_time()
+        try:
+            reply = await bus.request(subj, request, RunAccepted | RunRejected | ActorError,
+                                      timeout=max(left, 0.1))
+            break
+        except NoRespondersError as exc:
+            if left <= 0.2:
+                raise RunNotAccepted(
+                    f"no planner is listening on {subj}: start one with `plancast worker "
+                    "--role planner` (or `plancast up`)") from exc
+            await anyio.sleep(0.2)
+        except TimeoutError as exc:
+            raise RunNotAccepted(f"no planner answered on {subj} within {timeout:g}s") from exc
     if isinstance(reply, RunAccepted):
         return reply
     raise RunNotAccepted(reply.reason)

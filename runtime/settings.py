@@ -68,6 +68,8 @@ class Settings(BaseSettings):
     """Seconds between an actor's heartbeats."""
     drain_timeout: float = Field(default=20.0, ge=0)
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
+    publish_retry_for: float = Field(default=30.0, ge=0)
+    """Seconds a de-duplicated publish is retried through a failover before giving up."""
     run_lease: float = Field(default=10.0, gt=0)
     """Seconds a planner's hold on a run lasts unless renewed; then another planner takes over."""
     event_max_age: float = Field(default=7 * 24 * 3600.0, gt=0)

@@ -101,6 +101,10 @@ class TeamConfig(BaseModel):
         """The roles a plan may assign steps to."""
         return [r for r in self.roles.values() if r.kind not in MODEL_KINDS]
 
+    def tool_names(self) -> set[str]:
+        """Every tool some executor role may use (they may live only on the workers)."""
+        return {t for r in self.executors() for t in r.tools}
+
     def role(self, name: str) -> RoleConfig:
         try:
             return self.roles[name]

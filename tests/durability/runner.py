@@ -1,0 +1,40 @@
+"""A worker process for kill tests: ``python -m tests.durability.runner TEAM ROLE[,ROLE]``.
+
+Like ``plancast worker``, plus the test tools. Settings come from the environment
+(``NATS_URL``, ``PLANCAST_PREFIX``, ``PLANCAST_ACK_WAIT`` ...). Prints ``READY <pid>``
+once its actors serve; drains on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+import anyio
+
+from runtime.bus import open_bus
+from runtime.process import serve_actors
+from runtime.role import build_team_actors
+from runtime.settings import Settings
+from runtime.team import load_team
+from runtime.tools import builtin_tools
+
+from .tools import kill_test_tools
+
+
+async def main(team_file: str, roles: list[str]) -> None:
+    team = load_team(Path(team_file))
+    tools = builtin_tools()
+    for tool in kill_test_tools():
+        tools.add(tool)
+    async with open_bus(Settings()) as bus:
+        actors = build_team_actors(bus, team, tools, roles)
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(serve_actors, actors))
+            print(f"READY {os.getpid()}", flush=True)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], sys.argv[2].split(","))

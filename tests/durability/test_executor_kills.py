@@ -1,0 +1,202 @@
+"""Executors die, stall and run long; no accepted step is lost or recorded twice.
+
+Executors run in real child processes (``tests.durability.runner``); the planner and
+the synthesizer run here. Each test prints the recovery time it measured.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from nats.js import api
+
+from protocols import (
+    RunRequest,
+    StepClaimed,
+    StepFinished,
+    StepResult,
+    StepStarted,
+    Stream,
+    Verb,
+    decode,
+    runs_bucket,
+    stream_name,
+)
+from protocols.state import RunRecord
+from runtime.bus import Bus
+from runtime.client import submit
+from runtime.process import open_deployment
+from runtime.settings import Settings
+from runtime.team import load_team
+from runtime.testing import open_scripted_model_server
+from runtime.tools import builtin_tools
+
+from .harness import (
+    appears,
+    env_for,
+    following,
+    pid_of,
+    plan_scenario,
+    spawn,
+    stop,
+    team_toml,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Cluster:
+    bus: Bus
+    test_dir: Path
+    workers: list[subprocess.Popen[str]]
+
+
+@asynccontextmanager
+async def deployment(
+    nats_url: str, prefix: str, tmp_path: Path, plan: list[dict[str, Any]], *, workers: int = 2,
+) -> AsyncIterator[Cluster]:
+    """Planner + synthesizer here, ``workers`` executor processes of role ``worker``."""
+    async with open_scripted_model_server(plan_scenario(plan)) as model:
+        team_file = tmp_path / "team.toml"
+        team_file.write_text(team_toml(model.base_url))
+        env = env_for(nats_url, prefix, tmp_path)
+        settings = Settings(nats_url=nats_url, prefix=prefix, ack_wait=1.5, run_lease=1.5)
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            async with open_deployment(settings, load_team(team_file), builtin_tools(),
+                                       roles=["planner", "synthesizer"]) as bus:
+                for _ in range(workers):
+                    procs.append(await spawn(team_file, "worker", env))
+                yield Cluster(bus, tmp_path, procs)
+        finally:
+            for proc in procs:
+                stop(proc)
+
+
+def gate(step_id: int, name: str, **extra: Any) -> dict[str, Any]:
+    return {"id": step_id, "role": "worker", "tool": "gate", "args": {"name": name, **extra}}
+
+
+def echo(step_id: int, text: str) -> dict[str, Any]:
+    return {"id": step_id, "role": "worker", "tool": "echo", "args": {"text": text}}
+
+
+async def run_record(bus: Bus, run_id: str) -> RunRecord:
+    kv = await bus.js.key_value(runs_bucket(bus.prefix))
+    entry = await kv.get(f"runs.{run_id}")
+    record: RunRecord = decode(entry.value, RunRecord)
+    return record
+
+
+async def test_sigkill_mid_step_the_step_completes_on_another_executor(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [gate(1, "a"), echo(2, "after $1")]
+    async with deployment(nats_url, prefix, tmp_path, plan) as d:
+        accepted = await submit(d.bus, RunRequest(goal="survive a crash"))
+        async with following(d.bus, accepted.run_id) as events:
+            started = await events.until(lambda e: isinstance(e, StepStarted) and e.step_id == 1)
+            assert isinstance(started, StepStarted)
+            victim = pid_of(started.executor)
+            await appears(d.test_dir / "a.1.started")
+            os.kill(victim, signal.SIGKILL)
+            killed_at = time.time()
+            finished = await events.finished()
+    [done] = events.of(StepFinished, 1)
+    assert pid_of(done.executor) != victim and done.output == "a passed"
+    assert {e.step_id for e in events.of(StepFinished)} == {1, 2}  # steps lost: 0
+    assert events.of(StepFinished, 2)[0].output == "after a passed"
+    assert finished.answer == "all done"
+    print(f"\nRECOVERY executor SIGKILL: {done.ts - killed_at:.2f}s (ack wait 1.5s)")
+
+
+async def test_side_effect_then_sigkill_is_recorded_once(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [gate(1, "ledgered", ledger=True), echo(2, "got $1")]
+    async with deployment(nats_url, prefix, tmp_path, plan) as d:
+        accepted = await submit(d.bus, RunRequest(goal="side effects"))
+        async with following(d.bus, accepted.run_id) as events:
+            started = await events.until(lambda e: isinstance(e, StepStarted) and e.step_id == 1)
+            assert isinstance(started, StepStarted)
+            await appears(d.test_dir / "ledgered.1.started")  # the side effect happened
+            os.kill(pid_of(started.executor), signal.SIGKILL)  # ... and the ack never will
+            killed_at = time.time()
+            await events.finished()
+        record = await run_record(d.bus, accepted.run_id)
+    [done] = events.of(StepFinished, 1)
+    step1 = next(s for s in record.steps if s.step.id == 1)
+    assert step1.executor == done.executor and step1.status == "done"
+    ledger = (d.test_dir / "ledger.txt").read_text().splitlines()
+    recorded = f"{accepted.run_id}/1/{step1.attempt}/{step1.delivery} {step1.executor}"
+    assert ledger.count(recorded) == 1, ledger  # once for the recorded outcome
+    assert len(ledger) == 2  # the killed execution's effect, and the recorded one
+    assert events.of(StepFinished, 2)[0].output == "got ledgered passed"
+    print(f"\nRECOVERY executor SIGKILL after side effect: {done.ts - killed_at:.2f}s")
+
+
+async def test_a_stalled_executors_late_result_is_rejected(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [gate(1, "stall"), gate(2, "hold", after="$1")]
+    async with deployment(nats_url, prefix, tmp_path, plan) as d:
+        late: list[StepResult] = []
+        arrived = anyio.Event()
+
+        async def watch(msg: Any) -> None:
+            message = decode(msg.data, StepResult | StepClaimed)
+            if isinstance(message, StepResult) and message.step_id == 1:
+                late.append(message)
+                if len(late) == 2:
+                    arrived.set()
+
+        accepted = await submit(d.bus, RunRequest(goal="stall"))
+        await d.bus.nc.subscribe(d.bus.subject(Verb.RESULT, accepted.run_id), cb=watch)
+        async with following(d.bus, accepted.run_id) as events:
+            started = await events.until(lambda e: isinstance(e, StepStarted) and e.step_id == 1)
+            assert isinstance(started, StepStarted)
+            stalled = pid_of(started.executor)
+            await appears(d.test_dir / "stall.1.started")
+            os.kill(stalled, signal.SIGSTOP)
+            stopped_at = time.time()
+            try:
+                done = await events.until(lambda e: isinstance(e, StepFinished) and e.step_id == 1)
+            finally:
+                (d.test_dir / "stall.release").touch()
+                os.kill(stalled, signal.SIGCONT)
+            with anyio.fail_after(30):
+                await arrived.wait()  # the stalled executor's result came in, late
+            (d.test_dir / "hold.release").touch()
+            await events.finished()
+        record = await run_record(d.bus, accepted.run_id)
+    assert isinstance(done, StepFinished) and pid_of(done.executor) != stalled
+    stale = [r for r in late if pid_of(r.executor) == stalled]
+    assert len(stale) == 1 and stale[0].ok  # it did publish, after the other finished
+    assert len(events.of(StepFinished, 1)) == 1  # duplicate outcomes: 0
+    assert next(s for s in record.steps if s.step.id == 1).executor == done.executor
+    print(f"\nRECOVERY executor SIGSTOP: {done.ts - stopped_at:.2f}s")
+
+
+async def test_a_step_running_three_ack_waits_is_delivered_once(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [{"id": 1, "role": "worker", "tool": "sleep", "args": {"seconds": 4.6}}]
+    async with deployment(nats_url, prefix, tmp_path, plan, workers=2) as d:
+        accepted = await submit(d.bus, RunRequest(goal="long"))
+        async with following(d.bus, accepted.run_id) as events:
+            await events.finished()
+        info: api.ConsumerInfo = await d.bus.js.consumer_info(
+            stream_name(prefix, Stream.WORK), "step-worker")
+    assert len(events.of(StepStarted, 1)) == 1
+    assert info.num_redelivered == 0 and info.delivered.consumer_seq == 1

@@ -1,0 +1,47 @@
+"""Tools for kill tests: they mark when they run and wait for the test's go-ahead.
+
+Files live in ``$PLANCAST_TEST_DIR``: ``<name>.<delivery>.started`` (holding the pid)
+when a step starts, ``<name>.release`` to let a first delivery finish, and
+``ledger.txt`` for side effects keyed by the execution (run/step/attempt/delivery).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from runtime.tools import FunctionTool
+from runtime.tools.context import current_step
+
+
+class GateArgs(msgspec.Struct, frozen=True):
+    name: str
+    ledger: bool = False
+    """Append this execution's key to the ledger first (a side effect before the ack)."""
+
+
+def _dir() -> Path:
+    return Path(os.environ["PLANCAST_TEST_DIR"])
+
+
+async def gate(args: GateArgs) -> str:
+    """First delivery: mark, then wait for ``<name>.release``; redeliveries pass at once."""
+    ctx = current_step.get()
+    assert ctx is not None, "gate runs only inside a step"
+    if args.ledger:
+        with (_dir() / "ledger.txt").open("a") as ledger:
+            ledger.write(f"{ctx.key} {ctx.executor}\n")
+    (_dir() / f"{args.name}.{ctx.delivery}.started").write_text(str(os.getpid()))
+    if ctx.delivery == 1:
+        release = _dir() / f"{args.name}.release"
+        while not release.exists():
+            await anyio.sleep(0.05)
+    return f"{args.name} passed"
+
+
+def kill_test_tools() -> list[FunctionTool[GateArgs]]:
+    return [FunctionTool(gate, name="gate", description="a step the test controls",
+                         args_type=GateArgs)]
