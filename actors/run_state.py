@@ -7,6 +7,7 @@ so a planner that takes the run over resumes exactly where the last one stopped.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from protocols import RunRecord, Step, StepRecord, Usage
@@ -38,7 +39,9 @@ class RunState:
     meta: dict[int, StepMeta] = field(default_factory=dict)
 
 
-def restore(record: RunRecord, *, known_roles: list[str], known_tools: list[str]) -> RunState:
+def restore(
+    record: RunRecord, *, known_roles: Collection[str], known_tools: Collection[str]
+) -> RunState:
     steps = [(r.step, r.round, _STATE[r.status], r.attempt,
               (r.output or "") if r.status == "done" else r.error) for r in record.steps]
     scheduler = Scheduler.restore(
