@@ -9,7 +9,11 @@ import msgspec
 from ._base import Message, ObjectRef, Usage
 from .plan import Plan, Step, StepId
 
-RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+TOKEN_PATTERN = r"^[A-Za-z0-9_-]{1,64}(?![\s\S])"
+"""A subject-safe token. The lookahead ends the string in Python and JSON Schema alike
+(``$`` would let a trailing newline through in Python)."""
+
+RunId = Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]
 """A run's id; also a subject token, so letters, digits, ``_`` and ``-`` only."""
 
 

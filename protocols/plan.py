@@ -19,7 +19,7 @@ class Step(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fals
 
     id: StepId
     """Unique within the run; later plan rounds continue the numbering."""
-    role: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    role: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}(?![\s\S])")]
     """The executor role that runs the step (``researcher``, ``coder`` ...)."""
     tool: str | None = None
     """For a tool step: the tool to call."""

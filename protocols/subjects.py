@@ -10,7 +10,7 @@ import re
 
 DEFAULT_PREFIX = "plancast"
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 class InvalidSubjectToken(ValueError):
@@ -46,7 +46,7 @@ class Verb(enum.Enum):
 
 def validate_token(token: str, what: str = "token") -> str:
     """Return ``token`` if it is a safe single subject token, else raise."""
-    if not _TOKEN.match(token):
+    if not _TOKEN.fullmatch(token):
         raise InvalidSubjectToken(
             f"{what} {token!r} is not a valid subject token: use 1-128 letters, digits, '_' or '-'"
         )

@@ -62,6 +62,10 @@ def test_decoding_ignores_unknown_fields_and_fills_defaults() -> None:
     [
         (b'{"type":"step.task","run_id":"r 1","goal":"g","step":{"id":1,"role":"x"}}', "run_id"),
         (b'{"type":"step.task","run_id":"r1","goal":"g","step":{"id":0,"role":"x"}}', "id"),
+        (b'{"type":"step.task","run_id":"r1\\n","goal":"g","step":{"id":1,"role":"x"}}',
+         "run_id"),
+        (b'{"type":"step.task","run_id":"r1","goal":"g","step":{"id":1,"role":"x\\n"}}',
+         "role"),
         (b'{"type":"step.result","run_id":"r1","step_id":1}', "attempt"),
         (b'{"type":"nope","run_id":"r1"}', "type"),
     ],
