@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import msgspec
 
 from protocols import Event, Verb
@@ -23,12 +24,18 @@ class EventLog:
         self.run_id = run_id
         self.subject = bus.subject(Verb.EVENT, run_id)
         self.next_seq = next_seq
+        self._lock = anyio.Lock()
 
     async def emit(self, event: Event) -> Event:
-        """Stamp the event with the next sequence number and the time, and store it."""
-        stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
-        await self.bus.publish_durable(
-            self.subject, stamped, msg_id=f"{self.run_id}/e{self.next_seq}"
-        )
-        self.next_seq += 1
+        """Stamp the event with the next sequence number and the time, and store it.
+
+        Emits are serialized: numbers are handed out in the order events are stored, and
+        a number is used only once its event is stored (no gaps if a publish fails).
+        """
+        async with self._lock:
+            stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
+            await self.bus.publish_durable(
+                self.subject, stamped, msg_id=f"{self.run_id}/e{self.next_seq}"
+            )
+            self.next_seq += 1
         return stamped

@@ -1,0 +1,43 @@
+"""The run event log: numbers 1..n, stored once each."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from protocols import RunStarted, Stream, Verb, stream_name
+from runtime.bus import Bus, open_bus
+from runtime.events import EventLog
+from runtime.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+
+async def stored(bus: Bus, prefix: str, run_id: str) -> int:
+    info = await bus.js.stream_info(
+        stream_name(prefix, Stream.EVENTS), subjects_filter=f"{prefix}.event.{run_id}")
+    return int(sum((info.state.subjects or {}).values()))
+
+
+async def test_sequential_emits_are_numbered_and_stored(nats_url: str, prefix: str) -> None:
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        log = EventLog(bus, "r1")
+        seqs = [(await log.emit(RunStarted(run_id="r1", goal=f"g{i}"))).seq for i in range(5)]
+        assert seqs == [1, 2, 3, 4, 5]
+        assert await stored(bus, prefix, "r1") == 5
+        assert log.subject == bus.subject(Verb.EVENT, "r1")
+
+
+async def test_concurrent_emits_each_get_their_own_number(nats_url: str, prefix: str) -> None:
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        log = EventLog(bus, "r2")
+        emitted = []
+
+        async def emit(i: int) -> None:
+            emitted.append(await log.emit(RunStarted(run_id="r2", goal=f"g{i}")))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(emit, i)
+        assert sorted(e.seq for e in emitted) == [1, 2, 3, 4, 5]
+        assert await stored(bus, prefix, "r2") == 5
