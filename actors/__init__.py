@@ -3,6 +3,7 @@
 from .critic import Critic as Critic
 from .executor import Executor as Executor
 from .planner import Planner as Planner
+from .supervisor import SupervisorActor as SupervisorActor
 from .synthesizer import Synthesizer as Synthesizer
 
-__all__ = ["Critic", "Executor", "Planner", "Synthesizer"]
+__all__ = ["Critic", "Executor", "Planner", "SupervisorActor", "Synthesizer"]

@@ -73,6 +73,7 @@ class Planner(RoleActor):
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self.kv = await self.bus.js.key_value(runs_bucket(self.bus.prefix))
+        self.runs = {}  # after a restart, our old runs come back by lease expiry
         async with anyio.create_task_group() as runs:
             self._runs_tg = runs
             runs.start_soon(self._lease_loop)

@@ -50,7 +50,7 @@ from protocols import (
     encode,
 )
 from runtime.bus import TRANSIENT, Bus
-from runtime.errors import ModelError, PlanValidationError
+from runtime.errors import ModelError, PlanValidationError, StepStateError
 from runtime.events import EventLog
 from runtime.scheduler import Scheduler, StepState
 
@@ -302,9 +302,19 @@ class Run:
                         self._decision = message
                         self._decided.set()
                 case ReplanRequest():
-                    self._replan = message
-                    self._round_over.set()
+                    await self._on_replan_request(message)
         await self.save()
+
+    async def _on_replan_request(self, request: ReplanRequest) -> None:
+        """A step that could not be run (dead-lettered) fails for good; else replan now."""
+        if request.failed_step is None:
+            self._replan = request
+            self._round_over.set()
+            return
+        sid = request.failed_step
+        if self._state_of(sid) in (StepState.RUNNING, StepState.READY):
+            await self._step_failed(self.scheduler.step(sid), self.scheduler.attempt(sid),
+                                    f"{request.source}: {request.reason}", retry=False)
 
     async def _on_claim(self, claim: StepClaimed) -> None:
         """The latest delivery's claimant owns the attempt: outcomes from others are stale."""
@@ -385,13 +395,17 @@ class Run:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def _state_of(self, step_id: int) -> StepState | None:
+        """The step's state; None for ids not in the current plan (dropped or never seen)."""
+        try:
+            return self.scheduler.state(step_id)
+        except StepStateError:
+            return None
+
     def _current(self, step_id: int, attempt: int) -> bool:
         """Is this the outcome we wait for? Stale attempts and dropped steps are not."""
-        try:
-            state = self.scheduler.state(step_id)
-        except KeyError:
-            return False
-        return state is StepState.RUNNING and self.scheduler.attempt(step_id) == attempt
+        return self._state_of(step_id) is StepState.RUNNING \
+            and self.scheduler.attempt(step_id) == attempt
 
     def _check_round_over(self) -> None:
         if self.scheduler.closed and self.scheduler.is_done():

@@ -15,6 +15,8 @@ from .errors import PlancastError as PlancastError
 from .errors import PlanValidationError as PlanValidationError
 from .llm import ModelClient as ModelClient
 from .llm import ModelSettings as ModelSettings
+from .process import open_deployment as open_deployment
+from .process import serve_actors as serve_actors
 from .role import RoleActor as RoleActor
 from .role import RoleContext as RoleContext
 from .role import UnknownRole as UnknownRole
@@ -23,6 +25,7 @@ from .settings import Settings as Settings
 from .team import RoleConfig as RoleConfig
 from .team import TeamConfig as TeamConfig
 from .team import load_team as load_team
+from .team import team_from_dict as team_from_dict
 from .tools import Tool as Tool
 from .tools import ToolRegistry as ToolRegistry
 from .tools import builtin_tools as builtin_tools
@@ -32,5 +35,6 @@ __all__ = [
     "PlanValidationError", "PlancastError", "RoleActor", "RoleConfig", "RoleContext",
     "Scheduler", "Settings", "Subscription", "TeamConfig", "Tool", "ToolRegistry",
     "UnknownRole", "WorkQueue", "builtin_tools", "follow", "load_team", "on",
-    "open_bus", "open_embedded_server", "submit",
+    "open_bus", "open_deployment", "open_embedded_server", "serve_actors", "submit",
+    "team_from_dict",
 ]

@@ -124,6 +124,9 @@ class Actor:
         self._draining = False
         self._work: TaskGroup | None = None
         self._intake: TaskGroup | None = None
+        self._served = False
+        self.serving = anyio.Event()
+        """Set once the actor first reads all its sources (it stays set across restarts)."""
         self._ack_wait = self.settings.ack_wait
         """The shortest ack wait of this actor's sources: in-progress acks go out faster."""
 
@@ -137,10 +140,26 @@ class Actor:
         """How in-flight work is shown in heartbeats; roles override with ``run/step``."""
         return type(message).__name__
 
+    async def refuse(self, delivery: Delivery, reason: str) -> None:
+        """A message that cannot be decoded: report it and keep it as a dead letter."""
+        await self._reject(delivery, reason)
+
     # -- life cycle ----------------------------------------------------------------------
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until ``drain()`` is called (then return) or the caller cancels."""
+        """Serve until ``drain()`` is called (then return) or the caller cancels.
+
+        A supervisor may call it again after a crash: the actor starts afresh (its
+        unacknowledged work comes back through JetStream) and counts the restart.
+        """
+        if self._served:
+            self.restarts += 1
+            self._stop, self._draining = anyio.Event(), False
+            self._in_flight.clear()
+            self._idle = anyio.Event()
+            self._idle.set()
+            self._slots = anyio.Semaphore(self.concurrency)
+        self._served = True
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._heartbeat_loop)
             outer.start_soon(self._keep_alive_loop)
@@ -150,6 +169,7 @@ class Actor:
                     self._intake = intake
                     for source in self.sources():
                         await intake.start(self._consume, source)
+                    self.serving.set()
                     task_status.started()
                     await self._stop.wait()
                     intake.cancel_scope.cancel()
@@ -254,7 +274,7 @@ class Actor:
         try:
             message = self._decode(delivery, decoder)
             if isinstance(message, str):
-                await self._reject(delivery, message)
+                await self.refuse(delivery, message)
                 return
             self._in_flight[id(delivery)] = (delivery, self.describe(message))
             handler = getattr(self, self._handlers[type(message)])

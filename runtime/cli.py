@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import msgspec
 import typer
 from rich.console import Console
 from rich.live import Live
@@ -28,6 +29,7 @@ from .process import open_deployment, serve_actors
 from .registry import discover_roles
 from .role import build_team_actors
 from .settings import Settings
+from .status import HEARTBEAT_WINDOWS, collect_status, render_status
 from .team import TeamConfig, load_team
 from .testing import load_scenario, open_scripted_model_server
 from .tools import builtin_tools
@@ -201,8 +203,9 @@ def run(
         if settings.nats_url:
             async with open_bus(settings) as bus:
                 return await _run_and_show(bus, request, as_json)
-        async with open_deployment(settings, _team(team), builtin_tools(
-                files_root=None)) as bus:
+        team_config = _team(team)
+        tools = builtin_tools(files_root=team_config.files_root)
+        async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
     _run_async(main)
@@ -233,6 +236,48 @@ def up(
     """Serve every role of the team in this process until SIGTERM/SIGINT."""
     setup_logging(verbose)
     _serve(build_settings(nats, creds, prefix), _team(team), None)
+
+
+@app.command("status")
+def status_command(
+    nats: Annotated[
+        str | None,
+        typer.Option("--nats", envvar="NATS_URL",
+                     help="NATS server URL(s) of the running deployment (required)."),
+    ] = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    wait: Annotated[
+        float | None,
+        typer.Option("--wait", min=0.0,
+                     help="Seconds to listen for heartbeats; default: 1.5 heartbeat intervals."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print one JSON object {"actors": [...], "runs": [...]}.')
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show the live actors (from their heartbeats) and the active runs of a deployment."""
+    setup_logging(verbose, quiet=True)
+    settings = build_settings(nats, creds, prefix)
+    if not settings.nats_url:
+        err_console.print(
+            "[red]error:[/] plancast status needs a running deployment: pass --nats URL or set "
+            "NATS_URL. (An embedded server started here would be empty.)"
+        )
+        raise typer.Exit(2)
+    window = HEARTBEAT_WINDOWS * settings.heartbeat_interval if wait is None else wait
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            found = await collect_status(bus, wait=window)
+        if as_json:
+            sys.stdout.write(msgspec.json.encode(found).decode() + "\n")
+        else:
+            render_status(found, console, wait=window)
+        return 0
+
+    _run_async(main)
 
 
 def _serve(settings: Settings, team_config: TeamConfig, roles: list[str] | None) -> None:

@@ -14,6 +14,7 @@ from .actor import Actor
 from .bus import Bus, open_bus
 from .role import build_team_actors
 from .settings import Settings
+from .supervisor import ChildSpec, Restart, Strategy, Supervisor
 from .team import TeamConfig
 from .tools import ToolRegistry
 
@@ -24,15 +25,25 @@ async def serve_actors(
     actors: Sequence[Actor], *, stop: anyio.Event | None = None, handle_signals: bool = True,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run every actor; on SIGTERM, SIGINT or ``stop`` drain them all and return.
+    """Run every actor under a one-for-one supervisor until SIGTERM, SIGINT or ``stop``.
 
-    Draining means: stop taking work, finish what is in hand (bounded by the drain
-    timeout), hand the rest back to JetStream for another instance, then exit.
+    An actor that crashes is restarted with backoff; one that crashes more often than
+    the restart intensity allows stops them all and raises ``SupervisorEscalation``.
+    Stopping drains: actors stop taking work, finish what is in hand (bounded by the
+    drain timeout), hand the rest back to JetStream, then return.
     """
     stop = stop or anyio.Event()
+    settings = actors[0].settings if actors else None
+    supervisor = Supervisor(
+        [ChildSpec(f"{a.name}/{a.instance}", a.serve, Restart.TRANSIENT) for a in actors],
+        strategy=Strategy.ONE_FOR_ONE,
+        max_restarts=settings.max_restarts if settings else 3,
+        period=settings.restart_period if settings else 5.0,
+    )
     async with anyio.create_task_group() as tg:
+        tg.start_soon(supervisor.run)
         for actor in actors:
-            await tg.start(actor.serve)
+            await actor.serving.wait()
         async with anyio.create_task_group() as watcher:
             if handle_signals:
                 watcher.start_soon(_signal_watch, stop)
@@ -42,7 +53,7 @@ async def serve_actors(
         log.info("draining %d actor(s)", len(actors))
         for actor in actors:
             actor.drain()
-        # The task group waits for every serve() to return, but not forever.
+        # The supervisor returns once every actor has drained, but not after forever.
         tg.cancel_scope.deadline = anyio.current_time() + max(
             (a.settings.drain_timeout for a in actors), default=0.0
         ) + 5.0

@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
     publish_retry_for: float = Field(default=30.0, ge=0)
     """Seconds a de-duplicated publish is retried through a failover before giving up."""
+    max_restarts: int = Field(default=5, ge=0)
+    """Crashes of a process's actors tolerated within ``restart_period`` before it gives up."""
+    restart_period: float = Field(default=60.0, gt=0)
+    """Seconds over which ``max_restarts`` is counted."""
     run_lease: float = Field(default=10.0, gt=0)
     """Seconds a planner's hold on a run lasts unless renewed; then another planner takes over."""
     event_max_age: float = Field(default=7 * 24 * 3600.0, gt=0)

@@ -27,9 +27,9 @@ class Strategy(enum.Enum):
     ONE_FOR_ONE = "one_for_one"
     """Restart only the child that stopped."""
     ONE_FOR_ALL = "one_for_all"
-    """Restart every child when one stops."""
+    """Restart every child when one stops (temporary ones are stopped, not restarted)."""
     REST_FOR_ONE = "rest_for_one"
-    """Restart the child that stopped and every child started after it."""
+    """Restart the child that stopped and every child started after it (the same way)."""
 
 
 class Restart(enum.Enum):
@@ -63,6 +63,8 @@ class _Child:
     scope: anyio.CancelScope | None = None
     generation: int = 0
     restarts: int = 0
+    done: bool = False
+    """Finished for good: never started again, not even when a sibling's crash restarts others."""
 
 
 _Report = tuple[_Child, int, BaseException | None]
@@ -87,8 +89,12 @@ class Supervisor:
     async def run(self) -> None:
         """Supervise until every child is done for good; raise on escalation."""
         children = [_Child(spec) for spec in self.children]
+        if not children:
+            return
+        self._recent = []
+        escalation: SupervisorEscalation | None = None
         send, receive = anyio.create_memory_object_stream[_Report](100)
-        async with anyio.create_task_group() as tg, receive:
+        async with send, receive, anyio.create_task_group() as tg:
             for child in children:
                 self._start(tg, child, send)
             async for child, generation, error in receive:
@@ -96,30 +102,43 @@ class Supervisor:
                     continue  # a child we stopped on purpose
                 child.scope = None
                 if self._should_restart(child.spec, error):
+                    escalation = self._count_restart(child, error)
+                    if escalation is not None:
+                        for c in children:
+                            self._stop(c)
+                        break
                     await self._restart(tg, children, child, error, send)
                 else:
+                    child.done = True
                     log.info("child %s finished%s", child.spec.name,
                              f" after a crash: {error!r}" if error else "")
-                if all(c.scope is None for c in children):
+                if all(c.done for c in children):
                     break
             tg.cancel_scope.cancel()
+        # Raised only here, once the task group has waited for every child to stop (and
+        # bare, not wrapped in the task group's ExceptionGroup).
+        if escalation is not None:
+            raise escalation
 
     def _should_restart(self, spec: ChildSpec, error: BaseException | None) -> bool:
         if spec.restart is Restart.TEMPORARY:
             return False
         return spec.restart is Restart.PERMANENT or error is not None
 
-    async def _restart(self, tg: TaskGroup, children: list[_Child], failed: _Child,
-                       error: BaseException | None, send: _Sender) -> None:
+    def _count_restart(self, failed: _Child,
+                       error: BaseException | None) -> SupervisorEscalation | None:
+        """Record one more restart; the escalation to raise if that is too many."""
         now = time.monotonic()
         self._recent = [t for t in self._recent if now - t < self.period] + [now]
-        if len(self._recent) > self.max_restarts:
-            for child in children:
-                self._stop(child)
-            raise SupervisorEscalation(
-                f"child {failed.spec.name!r} stopped {len(self._recent)} times within "
-                f"{self.period:g}s (max_restarts={self.max_restarts}); stopped all children. "
-                f"Last error: {error!r}")
+        if len(self._recent) <= self.max_restarts:
+            return None
+        return SupervisorEscalation(
+            f"child {failed.spec.name!r} stopped {len(self._recent)} times within "
+            f"{self.period:g}s (max_restarts={self.max_restarts}); stopped all children. "
+            f"Last error: {error!r}")
+
+    async def _restart(self, tg: TaskGroup, children: list[_Child], failed: _Child,
+                       error: BaseException | None, send: _Sender) -> None:
         index = children.index(failed)
         if self.strategy is Strategy.ONE_FOR_ONE:
             affected = [failed]
@@ -129,6 +148,9 @@ class Supervisor:
             affected = children[index:]
         for child in reversed(affected):
             self._stop(child)
+            if child.spec.restart is Restart.TEMPORARY:
+                child.done = True  # stopped with its siblings, but never restarted
+        affected = [child for child in affected if not child.done]
         delay = min(self.backoff * 2 ** (len(self._recent) - 1), self.max_backoff)
         log.warning("restarting %s in %.2fs (%s) after %r",
                     ", ".join(c.spec.name for c in affected), delay, self.strategy.value, error)

@@ -31,6 +31,8 @@ from .llm import ModelSettings
 
 MODEL_KINDS = {"planner", "critic", "synthesizer"}
 """Kinds that always talk to a model."""
+SERVICE_KINDS = {"supervisor"}
+"""Kinds that are neither executors nor model users."""
 
 
 class TeamConfigError(PlancastError):
@@ -64,6 +66,8 @@ class RoleConfig(BaseModel):
     """Kind-specific options (see each role's docs)."""
 
     def needs_model(self) -> bool:
+        if self.kind in SERVICE_KINDS:
+            return False
         return self.kind in MODEL_KINDS or not self.tool_steps_only
 
 
@@ -99,7 +103,7 @@ class TeamConfig(BaseModel):
 
     def executors(self) -> list[RoleConfig]:
         """The roles a plan may assign steps to."""
-        return [r for r in self.roles.values() if r.kind not in MODEL_KINDS]
+        return [r for r in self.roles.values() if r.kind not in MODEL_KINDS | SERVICE_KINDS]
 
     def tool_names(self) -> set[str]:
         """Every tool some executor role may use (they may live only on the workers)."""

@@ -82,6 +82,8 @@ class RunView:
                 row.note = f"critic {verdict}: {event.critique[:200]}"
             case PlanRejected():
                 self.notes.append(f"plan rejected: {event.error[:100]}")
+                # The planner drops the rejected plan's steps that were never dispatched.
+                self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
             case ReplanStarted():
                 self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
             case UsageRecorded():

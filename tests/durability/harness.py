@@ -37,17 +37,31 @@ kind = "synthesizer"
 model = {inline}
 
 [roles.worker]
-tools = ["gate", "echo", "sleep"]
+tools = ["gate", "echo", "sleep", "crash", "die"]
 tool_steps_only = true
+
+[roles.local]
+tools = ["echo"]
+tool_steps_only = true
+
+[roles.supervisor]
+kind = "supervisor"
 """
 
 
-def plan_scenario(lines: list[dict[str, Any]], answer: str = "all done") -> Scenario:
+def plan_scenario(
+    lines: list[dict[str, Any]], answer: str = "all done",
+    replan: list[dict[str, Any]] | None = None,
+) -> Scenario:
+    """The planner answers ``lines`` (then ``replan``, if given); the synthesizer finishes."""
     finish = json.dumps({"action": "finish", "answer": answer})
-    return parse_scenario(json.dumps({"rules": [
-        {"role": "planner", "lines": [json.dumps(line) for line in lines]},
-        {"role": "synthesizer", "text": finish},
-    ]}), fmt="json")
+    first: dict[str, Any] = {"role": "planner", "lines": [json.dumps(line) for line in lines]}
+    rules = [first]
+    if replan is not None:
+        first["times"] = 1
+        rules.append({"role": "planner", "lines": [json.dumps(line) for line in replan]})
+    rules.append({"role": "synthesizer", "text": finish})
+    return parse_scenario(json.dumps({"rules": rules}), fmt="json")
 
 
 def env_for(nats_url: str, prefix: str, test_dir: Path) -> dict[str, str]:

@@ -8,7 +8,9 @@ when a step starts, ``<name>.release`` to let a first delivery finish, and
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -42,6 +44,25 @@ async def gate(args: GateArgs) -> str:
     return f"{args.name} passed"
 
 
-def kill_test_tools() -> list[FunctionTool[GateArgs]]:
-    return [FunctionTool(gate, name="gate", description="a step the test controls",
-                         args_type=GateArgs)]
+class Nothing(msgspec.Struct, frozen=True):
+    pass
+
+
+async def crash(args: Nothing) -> str:
+    """A bug in a tool: not a ToolError, so the executor's handler itself fails."""
+    raise RuntimeError("a bug, not a tool failure")
+
+
+async def die(args: Nothing) -> str:
+    """The executor process dies mid-step, every time."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+def kill_test_tools() -> list[FunctionTool[Any]]:
+    return [
+        FunctionTool(gate, name="gate", description="a step the test controls",
+                     args_type=GateArgs),
+        FunctionTool(crash, name="crash", description="raises", args_type=Nothing),
+        FunctionTool(die, name="die", description="kills its process", args_type=Nothing),
+    ]
