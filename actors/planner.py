@@ -42,7 +42,7 @@ from runtime.delivery import Delivery
 from runtime.role import RoleActor, RoleContext
 
 from .run import LostRun, Run, run_key
-from .run_state import restore
+from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +92,15 @@ class Planner(RoleActor):
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
         else:
-            self._start(Run(self, self._restore(record), revision), resumed=False)
+            self._start(Run(self, await self._restore(record), revision), resumed=False)
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
-    def _restore(self, record: RunRecord) -> Any:
-        return restore(record, known_roles=[r.name for r in self.ctx.team.executors()],
-                       known_tools=self.ctx.team.tool_names() | set(self.ctx.tools.names()))
+    async def _restore(self, record: RunRecord) -> RunState:
+        return await restore(
+            record, known_roles=[r.name for r in self.ctx.team.executors()],
+            known_tools=self.ctx.team.tool_names() | set(self.ctx.tools.names()),
+            fetch=self.bus.get_object)
 
     def _start(self, run: Run, *, resumed: bool) -> None:
         self.runs[run.run_id] = run
@@ -171,4 +173,4 @@ class Planner(RoleActor):
             except KeyWrongLastSequenceError:
                 continue  # another planner was quicker
             log.warning("adopting run %s from %s (its lease expired)", run_id, record.owner)
-            self._start(Run(self, self._restore(claimed), revision), resumed=True)
+            self._start(Run(self, await self._restore(claimed), revision), resumed=True)

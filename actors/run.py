@@ -373,6 +373,9 @@ class Run:
 
     async def _step_done(self, step: Step, attempt: int, output: str, executor: str,
                          duration: float) -> None:
+        if len(output) > run_state.INLINE:  # keep the run record small
+            self.meta[step.id].output_ref = await self.bus.put_object(
+                f"out/{self.run_id}/{step.id}/{attempt}", output.encode())
         ready = self.scheduler.complete(step.id, output)
         preview = output if len(output) <= PREVIEW else output[:PREVIEW] + "…"
         await self.events.emit(StepFinished(run_id=self.run_id, step_id=step.id,

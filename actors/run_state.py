@@ -7,10 +7,10 @@ so a planner that takes the run over resumes exactly where the last one stopped.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
-from protocols import RunRecord, Step, StepRecord, Usage
+from protocols import ObjectRef, RunRecord, Step, StepRecord, Usage
 from runtime.scheduler import Scheduler, StepState
 
 _STATUS = {StepState.PENDING: "pending", StepState.READY: "ready",
@@ -28,6 +28,8 @@ class StepMeta:
     delivery: int = 0
     review_output: str | None = None
     feedback: str = ""
+    output_ref: ObjectRef | None = None
+    """Where a long output is kept (the record holds only this reference)."""
 
 
 @dataclass
@@ -39,16 +41,27 @@ class RunState:
     meta: dict[int, StepMeta] = field(default_factory=dict)
 
 
-def restore(
-    record: RunRecord, *, known_roles: Collection[str], known_tools: Collection[str]
+INLINE = 2048
+"""Outputs longer than this are kept in the object store; the record holds a reference."""
+
+
+async def restore(
+    record: RunRecord, *, known_roles: Collection[str], known_tools: Collection[str],
+    fetch: Callable[[ObjectRef], Awaitable[bytes]],
 ) -> RunState:
-    steps = [(r.step, r.round, _STATE[r.status], r.attempt,
-              (r.output or "") if r.status == "done" else r.error) for r in record.steps]
+    async def text(r: StepRecord) -> str:
+        if r.status != "done":
+            return r.error
+        if r.output_ref is not None:
+            return (await fetch(r.output_ref)).decode()
+        return r.output or ""
+
+    steps = [(r.step, r.round, _STATE[r.status], r.attempt, await text(r)) for r in record.steps]
     scheduler = Scheduler.restore(
         known_roles=known_roles, known_tools=known_tools, max_steps=record.request.max_steps,
         round=record.round, closed=record.plan_closed, steps=steps, dropped=record.dropped)
-    meta = {r.step.id: StepMeta(r.round, r.executor, r.delivery, r.review_output, r.feedback)
-            for r in record.steps}
+    meta = {r.step.id: StepMeta(r.round, r.executor, r.delivery, r.review_output, r.feedback,
+                                r.output_ref) for r in record.steps}
     return RunState(record, scheduler, meta)
 
 
@@ -61,10 +74,12 @@ def snapshot(
     for step in scheduler.steps:
         state = scheduler.state(step.id)
         m = meta[step.id]
+        done = state is StepState.DONE
         records.append(StepRecord(
             step=step, round=m.round, status=_STATUS[state],  # type: ignore[arg-type]
             attempt=scheduler.attempt(step.id),
-            output=scheduler.results.get(step.id) if state is StepState.DONE else None,
+            output=scheduler.results.get(step.id) if done and m.output_ref is None else None,
+            output_ref=m.output_ref if done else None,
             error=scheduler.failures.get(step.id, ""), executor=m.executor,
             delivery=m.delivery, review_output=m.review_output, feedback=m.feedback,
         ))

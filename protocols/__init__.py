@@ -26,6 +26,7 @@ from .events import StepStarted as StepStarted
 from .events import UsageRecorded as UsageRecorded
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
+from .messages import Offloaded as Offloaded
 from .messages import ReplanRequest as ReplanRequest
 from .messages import ReviewTask as ReviewTask
 from .messages import RunAccepted as RunAccepted

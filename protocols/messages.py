@@ -240,3 +240,16 @@ class ActorError(Message, frozen=True, kw_only=True, tag="actor.error"):
     """The last frames of a handler exception's traceback."""
     ts: float = 0.0
     """Unix time of the failure."""
+
+
+class Offloaded(Message, frozen=True, kw_only=True, tag="message.offloaded"):
+    """Stands in for a message too large to send: the message itself is in the object store.
+
+    Readers fetch ``ref`` and decode its bytes as the message; any plancast actor and
+    ``plancast.client.follow`` do this transparently.
+    """
+
+    ref: ObjectRef
+    """Where the encoded message is."""
+    inner_type: str
+    """The stored message's ``type`` tag, for logs and routing."""

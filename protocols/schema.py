@@ -11,6 +11,7 @@ from .events import RunEvent
 from .messages import (
     ActorError,
     Heartbeat,
+    Offloaded,
     ReplanRequest,
     ReviewTask,
     RunAccepted,
@@ -40,6 +41,7 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     ReplanRequest,
     Heartbeat,
     ActorError,
+    Offloaded,
     RunRecord,
     *RunEvent.__args__,
 )

@@ -272,7 +272,7 @@ class Actor:
 
     async def _handle(self, delivery: Delivery, decoder: Any) -> None:
         try:
-            message = self._decode(delivery, decoder)
+            message = await self._decode(delivery, decoder)
             if isinstance(message, str):
                 await self.refuse(delivery, message)
                 return
@@ -291,7 +291,7 @@ class Actor:
                 self._idle.set()
             self._slots.release()
 
-    def _decode(self, delivery: Delivery, decoder: Any) -> Message | str:
+    async def _decode(self, delivery: Delivery, decoder: Any) -> Message | str:
         """The decoded message, or the reason it is refused."""
         limit = self.settings.max_message_bytes
         if delivery.size > limit:
@@ -303,9 +303,21 @@ class Actor:
             message: Message = decoder.decode(delivery.data)
             return message
         except msgspec.ValidationError as exc:
+            if _tag_of(delivery.data) == "type 'message.offloaded'":
+                return await self._decode_offloaded(delivery, decoder)
             return f"invalid message ({_tag_of(delivery.data)}): {exc}"
         except msgspec.DecodeError as exc:
             return f"malformed message, not valid JSON: {exc}"
+
+    async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
+        """A message too large to send came by reference: fetch it from the object store."""
+        try:
+            message: Message = decoder.decode(await self.bus.resolve(delivery.data))
+            return message
+        except msgspec.MsgspecError as exc:
+            return f"invalid offloaded message: {exc}"
+        except Exception as exc:
+            return f"offloaded message could not be fetched: {type(exc).__name__}: {exc}"
 
     async def _reject(self, delivery: Delivery, reason: str, tb: str = "") -> None:
         """Bad input: report it, keep the payload as a dead letter, never redeliver."""

@@ -6,6 +6,7 @@ With no NATS URL configured, an embedded nats-server is started from the
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -13,18 +14,26 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionReconnectingError, NoRespondersError
 from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
+from nats.nuid import NUID
 
-from protocols import Message, Verb, decode, encode, subject
+from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
 
 from .embedded import open_embedded_server
 from .provision import provision
 from .settings import Settings
 
 log = logging.getLogger(__name__)
+_nuid = NUID()
+
+
+def nuid() -> str:
+    """A unique name for an offloaded message without an id of its own."""
+    return _nuid.next().decode()
 
 M = TypeVar("M")
 
@@ -74,6 +83,8 @@ class Bus:
         if msg_id is not None:
             hdrs["Nats-Msg-Id"] = msg_id
         payload = encode(message)
+        if len(payload) > self.settings.max_message_bytes:
+            payload = await self._offload(payload, message, msg_id)
         delay, deadline = 0.05, anyio.current_time() + self.settings.publish_retry_for
         while True:
             try:
@@ -85,6 +96,37 @@ class Bus:
                 log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
+        """Store a too-large message in the object store; return the envelope to send."""
+        name = f"msg/{msg_id or nuid()}"
+        ref = await self.put_object(name, payload)
+        tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
+        log.debug("offloaded %d-byte %s to %s", len(payload), tag, name)
+        return encode(Offloaded(ref=ref, inner_type=str(tag)))
+
+    async def put_object(self, name: str, data: bytes) -> ObjectRef:
+        """Keep ``data`` in the deployment's object store; a reference travels instead."""
+        store = await self.js.object_store(objects_bucket(self.prefix))
+        await store.put(name, data)
+        return ObjectRef(bucket=objects_bucket(self.prefix), name=name, size=len(data),
+                         sha256=hashlib.sha256(data).hexdigest())
+
+    async def get_object(self, ref: ObjectRef) -> bytes:
+        """Fetch what ``put_object`` stored, checking its digest."""
+        store = await self.js.object_store(ref.bucket)
+        data = bytes((await store.get(ref.name)).data or b"")
+        if ref.sha256 and hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise ValueError(f"object {ref.name} does not match its digest")
+        return data
+
+    async def resolve(self, data: bytes) -> bytes:
+        """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope."""
+        try:
+            envelope = decode(data, Offloaded)
+        except msgspec.MsgspecError:
+            return data
+        return await self.get_object(envelope.ref)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0

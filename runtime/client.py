@@ -65,7 +65,7 @@ async def follow(bus: Bus, run_id: str, *, until_end: bool = True) -> AsyncItera
     )
     try:
         async for msg in sub.messages:
-            event = decoder.decode(msg.data)
+            event = decoder.decode(await bus.resolve(msg.data))
             yield event
             if until_end and isinstance(event, TERMINAL_EVENTS):
                 return

@@ -73,6 +73,7 @@ async def provision(
             objects_bucket(prefix),
             config=api.ObjectStoreConfig(
                 description="plancast payloads too large for a message",
+                ttl=event_max_age,
                 replicas=replicas,
                 storage=api.StorageType.FILE,
             ),

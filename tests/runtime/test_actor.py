@@ -39,13 +39,16 @@ def task(goal: str, run_id: str = "r1", step_id: int = 1) -> StepTask:
 class Watch:
     """Collects messages from a core subscription; tests wait on what they expect."""
 
-    def __init__(self, message_type: Any) -> None:
+    def __init__(self, message_type: Any, bus: Bus | None = None) -> None:
         self.type = message_type
+        self.bus = bus
+        """Given, messages sent by reference (too large) are fetched, as actors do."""
         self.items: list[Any] = []
         self._changed = anyio.Event()
 
     async def cb(self, msg: Any) -> None:
-        self.items.append(decode(msg.data, self.type))
+        data = await self.bus.resolve(msg.data) if self.bus else msg.data
+        self.items.append(decode(data, self.type))
         self._changed.set()
         self._changed = anyio.Event()
 
@@ -62,7 +65,7 @@ async def echo_deployment(
 ) -> AsyncIterator[tuple[Bus, Watch, Watch]]:
     settings = Settings(nats_url=nats_url, prefix=prefix, **overrides)
     async with open_bus(settings) as bus, anyio.create_task_group() as tg:
-        errors, results = Watch(ActorError), Watch(StepResult)
+        errors, results = Watch(ActorError), Watch(StepResult, bus)
         await bus.nc.subscribe(subject(prefix, Verb.ERROR, "*", wildcard=True), cb=errors.cb)
         await bus.nc.subscribe(subject(prefix, Verb.RESULT, "*", wildcard=True), cb=results.cb)
         actor = EchoActor(bus)
@@ -111,12 +114,23 @@ async def test_bad_input_is_an_error_event_and_a_dead_letter_and_the_actor_goes_
 
 async def test_oversized_messages_are_refused(nats_url: str, prefix: str) -> None:
     async with echo_deployment(nats_url, prefix, max_message_bytes=4096) as (bus, errors, results):
-        await bus.publish_durable(bus.subject(Verb.STEP, "echo"), task("x" * 10_000))
+        # Raw bytes: our own publisher would send a message this large by reference.
+        await publish_raw(bus, encode(task("x" * 10_000)))
         [error] = await errors.wait_for(1)
         assert "oversized message" in error.reason and "4096" in error.reason
         await bus.publish_durable(bus.subject(Verb.STEP, "echo"), task("small"))
         [result] = await results.wait_for(1)
         assert result.output == "small"
+
+
+async def test_large_messages_from_plancast_publishers_travel_by_reference(
+    nats_url: str, prefix: str
+) -> None:
+    async with echo_deployment(nats_url, prefix, max_message_bytes=4096) as (bus, errors, results):
+        await bus.publish_durable(bus.subject(Verb.STEP, "echo"), task("y" * 10_000),
+                                  msg_id="big-1")
+        [result] = await results.wait_for(1)
+        assert result.output == "y" * 10_000 and errors.items == []
 
 
 async def test_handler_exceptions_are_retried_then_dead_lettered(
@@ -168,7 +182,7 @@ async def test_drain_finishes_work_in_hand(nats_url: str, prefix: str) -> None:
             await actor.working.wait()
             actor.drain()
         # serve() returned only after the slow task finished and was acked
-        assert [r.output for r in results.items] == ["sleep:0.5"]
+        assert [r.output for r in await results.wait_for(1)] == ["sleep:0.5"]
         info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
         assert info.num_ack_pending == 0 and info.num_pending == 0
 

@@ -1,0 +1,61 @@
+"""Outputs larger than the server's max payload travel through the object store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from protocols import RunRecord, RunRequest, StepFinished, decode, runs_bucket
+from runtime.client import submit
+from runtime.process import open_deployment
+from runtime.settings import Settings
+from runtime.team import load_team
+from runtime.testing import open_scripted_model_server
+from runtime.tools import FunctionTool, builtin_tools
+
+from .harness import following, plan_scenario, team_toml
+
+pytestmark = pytest.mark.anyio
+
+SIZE = 3_000_000
+
+
+class BigArgs(msgspec.Struct, frozen=True):
+    size: int
+
+
+async def big(args: BigArgs) -> str:
+    return "x" * args.size
+
+
+async def test_outputs_larger_than_max_payload_flow_by_reference(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [
+        {"id": 1, "role": "worker", "tool": "big", "args": {"size": SIZE}},
+        {"id": 2, "role": "worker", "tool": "echo", "args": {"text": "$1!"}},
+    ]
+    tools = builtin_tools()
+    tools.add(FunctionTool(big, name="big", description="a large output", args_type=BigArgs))
+    async with open_scripted_model_server(plan_scenario(plan, "big done")) as model:
+        team_file = tmp_path / "team.toml"
+        team_file.write_text(team_toml(model.base_url).replace('"gate", ', '"gate", "big", '))
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, load_team(team_file), tools) as bus:
+            assert SIZE > bus.max_payload
+            accepted = await submit(bus, RunRequest(goal="big data"))
+            async with following(bus, accepted.run_id) as events:
+                finished = await events.finished()
+            kv = await bus.js.key_value(runs_bucket(prefix))
+            entry = await kv.get(f"runs.{accepted.run_id}")
+            record = decode(entry.value, RunRecord)
+            stored = [await bus.get_object(s.output_ref) for s in record.steps if s.output_ref]
+        synthesis = [r for r in model.requests if r.headers.get("x-plancast-role") == "synthesizer"]
+    assert finished.answer == "big done"
+    [second] = events.of(StepFinished, 2)
+    assert second.output.startswith("xxxx") and len(second.output) < 10_000  # a preview
+    assert len(entry.value) < 100_000  # the record holds references, not outputs
+    assert sorted(len(b) for b in stored) == [SIZE, SIZE + 1]
+    assert len(synthesis[0].body["messages"][-1]["content"]) > 2 * SIZE  # it saw everything
