@@ -96,11 +96,15 @@ class Planner(RoleActor):
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
+    @property
+    def known_tools(self) -> set[str]:
+        """Tools a plan may name: the team's (they may live on the workers only) and ours."""
+        return self.ctx.team.tool_names() | set(self.ctx.tools.names())
+
     async def _restore(self, record: RunRecord) -> RunState:
         return await restore(
             record, known_roles=[r.name for r in self.ctx.team.executors()],
-            known_tools=self.ctx.team.tool_names() | set(self.ctx.tools.names()),
-            fetch=self.bus.get_object)
+            known_tools=self.known_tools, fetch=self.bus.get_object)
 
     def _start(self, run: Run, *, resumed: bool) -> None:
         self.runs[run.run_id] = run

@@ -18,7 +18,6 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from protocols import (
     CriticVerdict,
-    Event,
     Message,
     Plan,
     PlanFinished,
@@ -49,10 +48,10 @@ from protocols import (
     decode,
     encode,
 )
-from runtime.bus import TRANSIENT, Bus
+from runtime.bus import TRANSIENT
 from runtime.errors import ModelError, PlanValidationError, StepStateError
 from runtime.events import EventLog
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import StepState
 
 from . import prompts, run_state
 from .run_state import RunState, StepMeta, accepted_in_round
@@ -82,23 +81,6 @@ class RunFailure(Exception):
         self.stage = stage
 
 
-class _SerialEventLog(EventLog):
-    """One emit at a time: ``EventLog.emit`` reads ``next_seq`` before it awaits the store.
-
-    Events are emitted both under the run's lock and outside it (plan start, the
-    planner's usage, the outcome); two concurrent emits would take the same number and
-    the second would be dropped as a duplicate ``Nats-Msg-Id``, leaving a gap.
-    """
-
-    def __init__(self, bus: Bus, run_id: str, *, next_seq: int = 1) -> None:
-        super().__init__(bus, run_id, next_seq=next_seq)
-        self._one_at_a_time = anyio.Lock()
-
-    async def emit(self, event: Event) -> Event:
-        async with self._one_at_a_time:
-            return await super().emit(event)
-
-
 class LostRun(Exception):
     """Another planner took the run over (our compare-and-set failed): stop driving it."""
 
@@ -116,7 +98,7 @@ class Run:
         self.record = record
         self.scheduler = state.scheduler
         self.meta = state.meta
-        self.events = _SerialEventLog(self.bus, self.run_id, next_seq=record.next_seq)
+        self.events = EventLog(self.bus, self.run_id, next_seq=record.next_seq)
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = record.usage
@@ -230,7 +212,10 @@ class Run:
             except PlanValidationError as exc:
                 error = str(exc)
                 async with self._lock:
-                    self._discard_unstarted()
+                    # Keep what was dispatched (it may be running); forget steps that never
+                    # started, so the corrected plan can redo them.
+                    for sid in self.scheduler.discard_pending():
+                        del self.meta[sid]
                     accepted = accepted_in_round(self.scheduler, self.meta)
                 await self.save()
                 await self.events.emit(PlanRejected(
@@ -423,33 +408,9 @@ class Run:
                 "planner"
         return "", ""
 
-    def _discard_unstarted(self) -> None:
-        """After a rejected plan: keep the steps already dispatched, forget the others.
-
-        Dispatched steps may be running (the price of streaming) and stay; a step that
-        never started is dropped with the plan it came from, so the corrected plan can
-        redo it (a kept step that depends on a missing or cyclic step could never run).
-        """
-        s = self.scheduler
-        waiting = {st.id for st in s.steps if s.state(st.id) is StepState.PENDING}
-        if not waiting:
-            return
-        kept = []
-        for step in s.steps:
-            if step.id in waiting:
-                del self.meta[step.id]
-                continue
-            state = s.state(step.id)
-            text = s.results[step.id] if state is StepState.DONE else s.failures.get(step.id, "")
-            kept.append((step, self.meta[step.id].round, state, s.attempt(step.id), text))
-        self.scheduler = Scheduler.restore(
-            known_roles=[r.name for r in self.team.executors()],
-            known_tools=self.planner.ctx.tools.names(), max_steps=self.request.max_steps,
-            round=s.round, closed=False, steps=kept, dropped=s.dropped)
-
     def _check_tool_allowed(self, step: Step) -> None:
         role = self.team.roles.get(step.role)
-        if step.tool not in self.planner.ctx.tools:
+        if step.tool not in self.planner.known_tools:
             return  # an unknown tool (or none): the scheduler says which tools exist
         if role is not None and step.tool is not None and step.tool not in role.tools:
             raise PlanValidationError(

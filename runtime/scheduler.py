@@ -181,6 +181,20 @@ class Scheduler:
         self._closed = False
         self._new_in_round = 0
 
+    def discard_pending(self) -> list[int]:
+        """Forget this round's steps that never became ready (after a rejected plan).
+
+        Dispatched steps may be running and stay; a kept step never waits on a dropped one
+        because only steps whose dependencies were all met ever left PENDING.
+        """
+        gone = [sid for sid, state in self._state.items() if state is StepState.PENDING]
+        for sid in gone:
+            del self._state[sid], self._steps[sid], self._deps[sid], self._attempts[sid]
+            self._new_in_round -= 1
+        for dependents in self._dependents.values():
+            dependents[:] = [d for d in dependents if d not in gone]
+        return gone
+
     # -- outcomes ------------------------------------------------------------------------
 
     def start(self, step_id: int) -> None:

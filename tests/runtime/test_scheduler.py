@@ -405,3 +405,21 @@ def test_a_late_result_for_dropped_work_is_refused() -> None:
     with pytest.raises(StepStateError, match="step 1 is not in the plan of round 1"):
         s.complete(1, "too late")
     assert s.results == {}
+
+
+def test_discard_pending_keeps_dispatched_steps_and_forgets_the_rest() -> None:
+    """After a rejected plan: running and finished steps stay, never-ready ones go."""
+    s = make()
+    s.add(agent(1))
+    s.start(1)
+    s.add(agent(2))
+    s.start(2)
+    s.complete(2, "two")
+    s.add(agent(3, 1))  # waits on the running step
+    s.add(agent(4, 9))  # waits on a step that never came (a dangling plan)
+    assert sorted(s.discard_pending()) == [3, 4]
+    assert ids(s.steps) == [1, 2] and s.state(1) is StepState.RUNNING
+    assert s.complete(1, "one") == []  # nothing waits on it any more
+    s.add(agent(3, 1))  # the corrected plan may reuse the ids
+    s.close_plan()
+    assert s.state(3) is StepState.READY
