@@ -1,0 +1,89 @@
+"""Follow a run's progress from anywhere with a NATS connection (the dashboard use case).
+
+    python examples/subscriber.py RUN_ID --nats nats://host:4222 [--prefix plancast] [--json]
+
+A run's events live on the JetStream subject ``<prefix>.event.<run_id>``, so a
+subscriber that arrives late (even after the run ended) replays it from the first event.
+Each event carries ``seq`` 1, 2, 3 ... with no gaps, so a subscriber knows it missed
+nothing. Exits 0 when the run finished, 1 when it failed.
+
+Any language can do the same: subscribe to the subject with an ordered consumer
+(deliver policy "all") and decode the JSON; ``plancast schema`` prints its schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import anyio
+
+from protocols import (
+    CriticVerdict,
+    PlanRejected,
+    ReplanStarted,
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    StepFailed,
+    StepFinished,
+    StepPlanned,
+    encode,
+)
+from runtime import Settings, follow, open_bus
+
+
+def describe(event: RunEvent) -> str:
+    """One line for a human; the ``--json`` output is the wire format itself."""
+    match event:
+        case StepPlanned(step=step):
+            what = step.title or step.tool or (step.instruction or "")[:40]
+            return f"step {step.id} planned for {step.role}: {what}"
+        case StepFinished(step_id=sid, output=output):
+            return f"step {sid} finished: {output[:60]!r}"
+        case StepFailed(step_id=sid, error=error, will_retry=retry):
+            return f"step {sid} failed{' (will retry)' if retry else ''}: {error[:60]}"
+        case CriticVerdict(step_id=sid, approved=approved, critique=critique):
+            return f"critic {'approved' if approved else 'rejected'} step {sid}: {critique[:60]}"
+        case PlanRejected(error=error):
+            return f"plan rejected: {error[:80]}"
+        case ReplanStarted(round=round_, reason=reason):
+            return f"replan {round_}: {reason[:80]}"
+        case RunFinished(answer=answer):
+            return f"finished: {answer}"
+        case RunFailed(stage=stage, reason=reason):
+            return f"failed at {stage}: {reason}"
+    return type(event).__name__
+
+
+async def watch(run_id: str, settings: Settings, as_json: bool) -> int:
+    # A subscriber only reads: it does not create streams (ensure_streams=False).
+    async with open_bus(settings, ensure_streams=False) as bus:
+        async for event in follow(bus, run_id):
+            if as_json:
+                print(encode(event).decode(), flush=True)
+            else:
+                print(f"{event.seq:4} {describe(event)}", flush=True)
+            if isinstance(event, RunFinished):
+                return 0
+            if isinstance(event, RunFailed):
+                return 1
+    return 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_id", help="the run to follow (printed by `plancast run`)")
+    parser.add_argument("--nats", help="NATS server URL(s); default: $NATS_URL")
+    parser.add_argument("--prefix", help="subject prefix; default: $PLANCAST_PREFIX or plancast")
+    parser.add_argument("--json", action="store_true", help="print events as NDJSON")
+    args = parser.parse_args()
+    overrides = {k: v for k, v in {"nats_url": args.nats, "prefix": args.prefix}.items() if v}
+    settings = Settings(**overrides)
+    if settings.nats_url is None:
+        parser.error("give --nats or set NATS_URL: a subscriber joins an existing deployment")
+    return anyio.run(watch, args.run_id, settings, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Run a whole team in-process against the shared nats-server and a scripted model.
+
+A test writes the model's answers as scenario rules, runs one goal, and gets back every
+event of the run (checked for gap-free order and identical replay) and the model
+server's request log, so it can assert on what happened and in which order.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+from rich.console import Console
+
+from protocols import (
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    RunRequest,
+    Step,
+    StepDispatched,
+    StepFinished,
+    StepPlanned,
+)
+from runtime.client import follow, submit
+from runtime.process import open_deployment
+from runtime.settings import Settings
+from runtime.team import TeamConfig, team_from_dict
+from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
+from runtime.tools import ToolRegistry, builtin_tools
+from runtime.view import RunView
+
+E = TypeVar("E")
+
+RUN_TIMEOUT = 60.0
+"""A guard against a hung run (the test fails instead of waiting for pytest's timeout)."""
+
+WORKER_TOOLS = ["echo", "math", "sleep", "python"]
+
+
+def plan_line(id: int, role: str = "worker", **fields: Any) -> str:
+    """One JSONL plan line, as the planner's model writes it."""
+    return msgspec.json.encode(Step(id=id, role=role, **fields)).decode()
+
+
+def echo(id: int, text: str, **fields: Any) -> str:
+    """A tool step that needs no model: echo ``text`` (``$N`` allowed)."""
+    return plan_line(id, tool="echo", args={"text": text}, **fields)
+
+
+def finish(answer: str, **fields: Any) -> Rule:
+    """The synthesizer finishes with ``answer``."""
+    return Rule(role="synthesizer", text=json.dumps({"action": "finish", "answer": answer}),
+                **fields)
+
+
+def make_team(base_url: str, roles: dict[str, Any] | None = None, **policy: Any) -> TeamConfig:
+    """Planner, a tool-only ``worker``, a synthesizer, plus ``roles``; all on the scripted model."""
+    data: dict[str, Any] = {
+        "models": {"scripted": {"model": "scripted-model", "base_url": base_url,
+                                "max_retries": 0}},
+        "roles": {
+            "planner": {"kind": "planner", "model": "scripted"},
+            "worker": {"description": "runs tools", "tools": WORKER_TOOLS,
+                       "tool_steps_only": True, "concurrency": 16},
+            "synthesizer": {"kind": "synthesizer", "model": "scripted"},
+            **(roles or {}),
+        },
+        **policy,
+    }
+    return team_from_dict(data, source="test team")
+
+
+@dataclass
+class Outcome:
+    """Everything one run left behind."""
+
+    run_id: str
+    events: list[RunEvent]
+    requests: list[RecordedRequest]
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def first(self, kind: type[E], where: Callable[[E], bool] = lambda _: True) -> E:
+        found = [e for e in self.of(kind) if where(e)]
+        assert found, f"no {kind.__name__} matching in {self.summary()}"
+        return found[0]
+
+    def seq(self, kind: type[Any], where: Callable[[Any], bool] = lambda _: True) -> int:
+        """The sequence number of the first event of ``kind`` that matches."""
+        return int(self.first(kind, where).seq)
+
+    def dispatched(self, step_id: int) -> list[StepDispatched]:
+        return [e for e in self.of(StepDispatched) if e.step_id == step_id]
+
+    def finished(self, step_id: int) -> StepFinished:
+        return self.first(StepFinished, lambda e: e.step_id == step_id)
+
+    def planned(self) -> dict[int, Step]:
+        return {e.step.id: e.step for e in self.of(StepPlanned)}
+
+    @property
+    def outcome(self) -> RunEvent:
+        return self.events[-1]
+
+    @property
+    def answer(self) -> str:
+        last = self.events[-1]
+        assert isinstance(last, RunFinished), f"the run did not finish: {self.summary()}"
+        return last.answer
+
+    @property
+    def failure(self) -> RunFailed:
+        last = self.events[-1]
+        assert isinstance(last, RunFailed), f"the run did not fail: {self.summary()}"
+        return last
+
+    def by_role(self, role: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.headers.get("x-plancast-role") == role]
+
+    def summary(self) -> str:
+        return "\n" + "\n".join(f"  {e.seq:3} {_describe(e)}" for e in self.events)
+
+
+def _describe(event: RunEvent) -> str:
+    text = repr(event)
+    return text if len(text) < 220 else text[:220] + "..."
+
+
+def last_user_message(request: RecordedRequest) -> str:
+    users = [m for m in request.body["messages"] if m.get("role") == "user"]
+    content = users[-1]["content"] if users else ""
+    return content if isinstance(content, str) else str(content)
+
+
+def check_sequence(events: Sequence[RunEvent]) -> None:
+    """Events are numbered 1..n with no gap, in order, and only the last one is terminal."""
+    listing = "\n".join(f"  {e.seq:3} {_describe(e)}" for e in events)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), listing
+    terminal = [isinstance(e, RunFinished | RunFailed) for e in events]
+    assert terminal == [False] * (len(events) - 1) + [True], listing
+
+
+async def run_team(
+    nats_url: str, prefix: str, rules: Sequence[Rule], *,
+    goal: str = "test goal", roles: dict[str, Any] | None = None,
+    tools: ToolRegistry | None = None, planner_options: dict[str, Any] | None = None,
+    request: dict[str, Any] | None = None, **policy: Any,
+) -> Outcome:
+    """Run ``goal`` with a team answering from ``rules``; returns its events once it ended."""
+    async with open_scripted_model_server(Scenario(rules=list(rules))) as model:
+        team = make_team(model.base_url, roles, **policy)
+        if planner_options:
+            team.roles["planner"].options.update(planner_options)
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, team, tools or builtin_tools(plugins=False)) as bus:
+            accepted = await submit(bus, RunRequest(goal=goal, **(request or {})))
+            with anyio.fail_after(RUN_TIMEOUT):
+                events = [event async for event in follow(bus, accepted.run_id)]
+                replay = [event async for event in follow(bus, accepted.run_id)]
+        requests = list(model.requests)
+    check_sequence(events)
+    assert replay == events, "a late subscriber must replay exactly the same events"
+    view = RunView(accepted.run_id)  # the CLI's view folds any real run's events
+    for event in events:
+        view.apply(event)
+    Console(file=io.StringIO(), width=120).print(view.render())
+    assert view.outcome == events[-1]
+    return Outcome(accepted.run_id, events, requests)

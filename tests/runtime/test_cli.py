@@ -1,0 +1,192 @@
+"""The ``plancast`` command as users run it: a real subprocess, its stdout and exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import msgspec
+import pytest
+
+from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, StepFinished
+from runtime.process import open_deployment
+from runtime.role import RoleContext, UnknownRole, build_actor
+from runtime.settings import Settings
+from runtime.team import team_from_dict
+from runtime.testing import Rule, Scenario, open_scripted_model_server
+from runtime.tools import builtin_tools
+
+from ..actors.harness import echo, finish, make_team, plan_line
+from ..subprocesses import clean_env, events_of, plancast
+
+GOOD = [echo(1, "hello"), echo(2, "$1, world")]
+RULES = [
+    Rule(role="planner", contains="Goal: greet", lines=GOOD),
+    Rule(role="planner", contains="Goal: break", lines=["no plan today"]),
+    finish("hello, world"),
+]
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_run_json_hands_the_goal_to_workers_on_nats(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """``plancast run --nats`` submits to the team served here and streams NDJSON events.
+
+    A finished run exits 0 and ends with ``event.run.finished``; a failed one exits 1.
+    """
+    async with open_scripted_model_server(Scenario(rules=RULES)) as model:
+        team = make_team(model.base_url, plan_attempts=1)
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, team, builtin_tools(plugins=False)):
+            ok = await plancast("run", "--json", "--nats", nats_url, "--prefix", prefix,
+                                "greet the world", cwd=tmp_path)
+            bad = await plancast("run", "--json", "--nats", nats_url, "--prefix", prefix,
+                                 "break the planner", cwd=tmp_path)
+
+    assert ok.returncode == 0, ok.stderr.decode()[-2000:]
+    events = events_of(ok)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert isinstance(events[-1], RunFinished) and events[-1].answer == "hello, world"
+    assert json.loads(ok.stdout.splitlines()[-1])["type"] == "event.run.finished"
+
+    assert bad.returncode == 1, bad.stderr.decode()[-2000:]
+    failed = events_of(bad)[-1]
+    assert isinstance(failed, RunFailed) and failed.stage == "plan"
+
+
+@pytest.mark.anyio
+async def test_run_without_nats_starts_its_own_server_and_team(tmp_path: Path) -> None:
+    """With no --nats, ``plancast run`` starts an embedded nats-server and the --team file.
+
+    The team's ``files_root`` enables ``read_file`` for the run, as it does for workers.
+    """
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "greeting.txt").write_text("hello")
+    plan = [plan_line(1, tool="read_file", args={"path": "greeting.txt"}), GOOD[1]]
+    rules = [Rule(role="planner", lines=plan), finish("read it")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        team_file = tmp_path / "team.toml"
+        team_file.write_text(f"""
+files_root = "{tmp_path / 'files'}"
+
+[models.scripted]
+model = "scripted-model"
+base_url = "{model.base_url}"
+
+[roles.planner]
+kind = "planner"
+model = "scripted"
+
+[roles.worker]
+tools = ["echo", "read_file"]
+tool_steps_only = true
+
+[roles.synthesizer]
+kind = "synthesizer"
+model = "scripted"
+""")
+        result = await plancast("run", "--json", "--team", str(team_file), "greet everyone",
+                                cwd=tmp_path, env=clean_env(PLANCAST_DATA_DIR=str(tmp_path)))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    events = events_of(result)
+    assert isinstance(events[-1], RunFinished) and events[-1].answer == "read it"
+    assert [e.output for e in events if isinstance(e, StepFinished)] == ["hello", "hello, world"]
+    assert (tmp_path / "nats").is_dir(), "the embedded server keeps its data under the data dir"
+
+
+@pytest.mark.anyio
+async def test_run_with_a_broken_team_file_exits_2(tmp_path: Path) -> None:
+    """A team file that breaks a rule is an error that names the fix, with exit code 2."""
+    team_file = tmp_path / "team.toml"
+    team_file.write_text('[roles.planner]\nkind = "planner"\n')
+    result = await plancast("run", "--team", str(team_file), "goal", cwd=tmp_path,
+                            env=clean_env(PLANCAST_DATA_DIR=str(tmp_path)))
+    assert result.returncode == 2
+    assert "has no model" in result.stderr.decode()
+
+
+@pytest.mark.anyio
+async def test_demo_json_finishes(tmp_path: Path) -> None:
+    """The offline demo runs its whole team and ends with a finished run."""
+    result = await plancast("demo", "--json", "--time-scale", "0.2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    events = events_of(result)
+    assert isinstance(events[-1], RunFinished) and "1.235" in events[-1].answer
+
+
+# -- schema and roles ----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_schema_is_valid_json_schema_for_every_public_message(tmp_path: Path) -> None:
+    result = await plancast("schema", cwd=tmp_path)
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert len(schema["oneOf"]) == len(PUBLIC_MESSAGES)
+    # A real event, as encoded on the wire, validates against the printed schema.
+    event = RunFinished(run_id="r1", seq=3, ts=1.0, answer="42")
+    jsonschema.Draft202012Validator(schema).validate(msgspec.to_builtins(event))
+
+
+@pytest.mark.anyio
+async def test_roles_lists_the_built_in_roles(tmp_path: Path) -> None:
+    result = await plancast("roles", "--json", cwd=tmp_path)
+    assert result.returncode == 0
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    for name in ("planner", "executor", "critic", "synthesizer"):
+        assert rows[name]["package"] == "plancast" and rows[name]["ok"], rows[name]
+
+
+# -- a broken plugin -----------------------------------------------------------------------
+
+
+def broken_plugin(root: Path) -> Path:
+    """A fake installed distribution whose two roles cannot be imported."""
+    dist = root / "broken_roles-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-roles\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[plancast.roles]\n"
+        "ghost = plancast_no_such_module:Role\n"
+        "explodes = broken_roles_boom:Role\n"
+    )
+    (root / "broken_roles_boom.py").write_text('raise RuntimeError("boom at import")\n')
+    return root
+
+
+@pytest.mark.anyio
+async def test_roles_reports_a_plugin_that_fails_to_import(tmp_path: Path) -> None:
+    """The broken plugin's roles are listed as failed with the reason; the others load."""
+    site = broken_plugin(tmp_path / "site")
+    env = clean_env(PYTHONPATH=str(site))
+    as_json = await plancast("roles", "--json", cwd=tmp_path, env=env)
+    table = await plancast("roles", cwd=tmp_path, env=env)
+
+    assert as_json.returncode == 0 and table.returncode == 0
+    rows = {row["name"]: row for row in json.loads(as_json.stdout)}
+    assert not rows["ghost"]["ok"] and "ModuleNotFoundError" in rows["ghost"]["error"]
+    assert not rows["explodes"]["ok"] and "boom at import" in rows["explodes"]["error"]
+    assert rows["ghost"]["package"] == "broken-roles"
+    assert all(rows[n]["ok"] for n in ("planner", "executor", "critic", "synthesizer"))
+    assert "failed" in table.stdout.decode()
+
+
+def test_a_role_of_a_broken_plugin_is_skipped_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building an actor of a kind whose plugin failed names the failure and what exists."""
+    monkeypatch.syspath_prepend(str(broken_plugin(tmp_path)))
+    team = team_from_dict({"roles": {"odd": {"kind": "explodes", "tool_steps_only": True}}})
+    ctx = RoleContext(bus=None, role=team.role("odd"), team=team,  # type: ignore[arg-type]
+                      tools=builtin_tools(plugins=False))
+    with pytest.raises(UnknownRole, match="failed to load: RuntimeError: boom at import") as err:
+        build_actor(ctx)
+    installed = str(err.value).rpartition("installed: ")[2].split(", ")
+    assert {"critic", "executor", "planner", "synthesizer"} <= set(installed)
+    assert "explodes" not in installed and "ghost" not in installed

@@ -1,0 +1,50 @@
+"""Running plancast's commands and the examples as real subprocesses, from async tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+
+from protocols import RunEvent, decoder_for
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+PLANCAST = str(Path(sys.executable).parent / "plancast")
+TIMEOUT = 90.0
+"""A guard against a hung command (the test fails instead of waiting for pytest's timeout)."""
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test's environment without settings that would redirect a command, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NATS_", "PLANCAST_", "OPENAI_"))}
+    return {**env, **extra}
+
+
+async def run(*argv: str, cwd: Path, env: dict[str, str] | None = None,
+              ) -> subprocess.CompletedProcess[bytes]:
+    """Run a command to its end (the test's event loop keeps serving meanwhile)."""
+    with anyio.fail_after(TIMEOUT):
+        return await anyio.run_process(list(argv), cwd=cwd, check=False, env=env or clean_env())
+
+
+async def plancast(*args: str, cwd: Path, env: dict[str, str] | None = None,
+                   ) -> subprocess.CompletedProcess[bytes]:
+    """Run the installed ``plancast`` script."""
+    return await run(PLANCAST, *args, cwd=cwd, env=env)
+
+
+def events_of(result: subprocess.CompletedProcess[bytes]) -> list[RunEvent]:
+    """Every stdout line must be one documented event, and nothing else."""
+    lines = result.stdout.decode().splitlines()
+    assert lines, f"no output; stderr: {result.stderr.decode()[-2000:]}"
+    decoder = decoder_for(RunEvent)
+    return [decoder.decode(line) for line in lines]
+
+
+def stderr_tail(result: subprocess.CompletedProcess[bytes]) -> str:
+    return result.stderr.decode(errors="replace")[-2000:]

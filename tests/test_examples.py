@@ -1,0 +1,242 @@
+"""Every example runs, offline, and does what its docstring says."""
+
+from __future__ import annotations
+
+import json
+import signal
+import tomllib
+from collections import Counter
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from protocols import (
+    CriticVerdict,
+    Heartbeat,
+    RunFinished,
+    RunRequest,
+    StepDispatched,
+    StepFinished,
+    Verb,
+    decode,
+    subject,
+)
+from runtime import Settings, follow, open_bus, open_deployment, submit
+from runtime.registry import discover_roles
+from runtime.testing import Rule, Scenario, open_scripted_model_server
+from runtime.tools import builtin_tools
+
+from .actors.harness import RUN_TIMEOUT, echo, finish, make_team, plan_line
+from .subprocesses import PLANCAST, PYTHON, ROOT, clean_env, events_of, plancast, run, stderr_tail
+
+EXAMPLES = ROOT / "examples"
+PLUGIN = EXAMPLES / "plugin_role"
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_quickstart_prints_the_answer_on_its_own(tmp_path: Path) -> None:
+    """No NATS_URL: the quickstart starts its own embedded server and answers."""
+    result = await run(PYTHON, str(EXAMPLES / "quickstart.py"), cwd=tmp_path)
+    assert result.returncode == 0, stderr_tail(result)
+    assert result.stdout.decode().strip() == "answer (from a scripted model): 6 times 7 is 42."
+
+
+async def test_fanout_reviews_the_program_and_joins_twelve_steps(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The critic runs the coder's program: the first version is rejected because it does
+    not run, the second is approved and then run by a tool step; twelve math steps fan
+    out and are joined; both results agree."""
+    env = clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix)
+    result = await run(PYTHON, str(EXAMPLES / "fanout" / "run.py"), "--json",
+                       "--time-scale", "0.3", cwd=tmp_path, env=env)
+    assert result.returncode == 0, stderr_tail(result)
+    events = events_of(result)
+    assert isinstance(events[-1], RunFinished) and "650" in events[-1].answer
+    done = {e.step_id: e.output.strip() for e in events if isinstance(e, StepFinished)}
+    assert set(done) == set(range(1, 17))
+    assert [done[k + 1] for k in range(1, 13)] == [str(k * k) for k in range(1, 13)]
+    assert done[14] == done[15] == done[16] == "650"
+    verdicts = [(v.attempt, v.approved) for v in events if isinstance(v, CriticVerdict)]
+    assert verdicts == [(1, False), (2, True)]
+    first = next(v for v in events if isinstance(v, CriticVerdict))
+    assert "does not run" in first.critique and "NameError" in first.critique
+    dispatched = Counter(e.step_id for e in events if isinstance(e, StepDispatched))
+    assert dispatched[1] == 2 and all(dispatched[k] == 1 for k in range(2, 17))
+
+
+# -- the plugin role -----------------------------------------------------------------------
+
+
+def fake_install(site: Path) -> Path:
+    """What ``pip install examples/plugin_role`` leaves for importlib.metadata: a dist-info
+    with the entry points its pyproject.toml declares (the code stays in the example)."""
+    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
+    name, version = project["name"], project["version"]
+    dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    roles = project["entry-points"]["plancast.roles"]
+    (dist / "entry_points.txt").write_text(
+        "[plancast.roles]\n" + "".join(f"{k} = {v}\n" for k, v in roles.items()))
+    return site
+
+
+async def test_plugin_role_is_discovered_and_serves_steps(
+    nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example package's entry point makes ``shouter`` a role kind: a team uses it by
+    name, the planner assigns it a step, and it answers with its input in capitals."""
+    monkeypatch.syspath_prepend(str(fake_install(tmp_path / "site")))
+    monkeypatch.syspath_prepend(str(PLUGIN / "src"))
+    entry = discover_roles()["shouter"]
+    assert entry.ok, entry.error
+    assert (entry.package, entry.target) == ("plancast-shouter", "plancast_shouter:Shouter")
+
+    rules = [
+        Rule(role="planner", lines=[
+            echo(1, "hello"), echo(2, "plugins"),
+            plan_line(3, role="loud", instruction="shout", depends_on=[1, 2]),
+        ]),
+        finish("shouted"),
+    ]
+    loud = {"loud": {"kind": "shouter", "description": "repeats its inputs in capitals",
+                     "tool_steps_only": True}}
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        team = make_team(model.base_url, loud)
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus:
+            accepted = await submit(bus, RunRequest(goal="shout a greeting"))
+            with anyio.fail_after(RUN_TIMEOUT):
+                events = [e async for e in follow(bus, accepted.run_id)]
+    assert isinstance(events[-1], RunFinished), events[-1]
+    shouted = next(e for e in events if isinstance(e, StepFinished) and e.step_id == 3)
+    assert shouted.output == "HELLO\nPLUGINS"
+    assert shouted.executor.startswith("loud/")
+
+
+async def test_plancast_roles_lists_the_plugin_without_installing_it(tmp_path: Path) -> None:
+    site = fake_install(tmp_path / "site")
+    env = clean_env(PYTHONPATH=f"{site}:{PLUGIN / 'src'}")
+    result = await plancast("roles", "--json", cwd=tmp_path, env=env)
+    assert result.returncode == 0, stderr_tail(result)
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["shouter"]["ok"] and rows["shouter"]["package"] == "plancast-shouter"
+
+
+# -- watching a run, and a team on several machines ------------------------------------------
+
+PLAN = [echo(1, "one"), echo(2, "two"), echo(3, "$1 and $2")]
+
+
+async def test_subscriber_prints_a_runs_events(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The subscriber, started after the run ended, replays every event from the first."""
+    async with open_scripted_model_server(Scenario(
+            rules=[Rule(role="planner", lines=PLAN), finish("one and two")])) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        team = make_team(model.base_url)
+        async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus:
+            accepted = await submit(bus, RunRequest(goal="count"))
+            with anyio.fail_after(RUN_TIMEOUT):
+                events = [e async for e in follow(bus, accepted.run_id)]
+
+    script = str(EXAMPLES / "subscriber.py")
+    args = [accepted.run_id, "--nats", nats_url, "--prefix", prefix]
+    as_json = await run(PYTHON, script, *args, "--json", cwd=tmp_path)
+    as_text = await run(PYTHON, script, *args, cwd=tmp_path)
+    assert as_json.returncode == 0, stderr_tail(as_json)
+    assert events_of(as_json) == events
+    assert as_text.returncode == 0, stderr_tail(as_text)
+    lines = as_text.stdout.decode().splitlines()
+    assert len(lines) == len(events)
+    assert lines[-1].split() == [str(len(events)), "finished:", "one", "and", "two"]
+
+
+async def test_multi_machine_commands(nats_url: str, prefix: str, tmp_path: Path) -> None:
+    """The commands of examples/multi_machine.md: workers in separate processes, one per
+    group of roles, and ``plancast run --nats`` handing them a goal; workers drain on
+    SIGTERM and exit 0."""
+    async with open_scripted_model_server(Scenario(
+            rules=[Rule(role="planner", lines=PLAN), finish("one and two")])) as model:
+        team_file = tmp_path / "plancast.toml"
+        team_file.write_text(team_toml(model.base_url))
+        env = clean_env(PLANCAST_HEARTBEAT_INTERVAL="0.3")
+        groups = [["planner", "synthesizer"], ["worker"]]
+        async with AsyncExitStack() as stack:
+            bus = await stack.enter_async_context(
+                open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False))
+            beats = await stack.enter_async_context(Heartbeats(bus.nc, prefix))
+            workers = []
+            for n, roles in enumerate(groups):
+                log = stack.enter_context((tmp_path / f"worker{n}.log").open("wb"))
+                argv = [PLANCAST, "worker", *(a for r in roles for a in ("--role", r)),
+                        "--nats", nats_url, "--prefix", prefix]
+                proc = await stack.enter_async_context(await anyio.open_process(
+                    argv, cwd=tmp_path, env=env, stdout=log, stderr=log))
+                workers.append(proc)
+            # Serving: each role has beaten twice (its subscriptions precede its second beat).
+            with anyio.fail_after(RUN_TIMEOUT):
+                await beats.wait_for({r for g in groups for r in g}, count=2)
+            result = await plancast("run", "--json", "--nats", nats_url, "--prefix", prefix,
+                                    "count to two", cwd=tmp_path)
+            for proc in workers:
+                proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(RUN_TIMEOUT):
+                codes = [await proc.wait() for proc in workers]
+    logs = "\n".join((tmp_path / f"worker{n}.log").read_text() for n in range(len(groups)))
+    assert result.returncode == 0, stderr_tail(result) + logs
+    last = events_of(result)[-1]
+    assert isinstance(last, RunFinished) and last.answer == "one and two"
+    assert codes == [0, 0], logs
+
+
+def team_toml(base_url: str) -> str:
+    return f"""
+[models.scripted]
+model = "scripted-model"
+base_url = "{base_url}"
+
+[roles.planner]
+kind = "planner"
+model = "scripted"
+
+[roles.worker]
+tools = ["echo"]
+tool_steps_only = true
+
+[roles.synthesizer]
+kind = "synthesizer"
+model = "scripted"
+"""
+
+
+class Heartbeats:
+    """Counts heartbeats per role on ``<prefix>.heartbeat.>``."""
+
+    def __init__(self, nc: Any, prefix: str) -> None:
+        self.nc, self.prefix = nc, prefix
+        self.seen: Counter[str] = Counter()
+        self._changed = anyio.Event()
+
+    async def __aenter__(self) -> Heartbeats:
+        async def on_beat(msg: Any) -> None:
+            self.seen[decode(msg.data, Heartbeat).role] += 1
+            self._changed.set()
+
+        self._sub = await self.nc.subscribe(
+            subject(self.prefix, Verb.HEARTBEAT, wildcard=True), cb=on_beat)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._sub.unsubscribe()
+
+    async def wait_for(self, roles: set[str], *, count: int) -> None:
+        while any(self.seen[r] < count for r in roles):
+            self._changed = anyio.Event()
+            await self._changed.wait()
