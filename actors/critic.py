@@ -19,7 +19,7 @@ from runtime.errors import PlancastError
 from runtime.role import RoleActor, RoleContext
 
 from . import prompts
-from ._json import find_json_object
+from ._json import VerdictAnswer, find_json_object, response_format
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _CODE_HINTS = ("def ", "import ", "print(", "class ", "assert ", "return ")
@@ -64,6 +64,8 @@ class Critic(RoleActor):
              {"role": "user", "content": prompts.review_request(
                  task.goal, task.step, task.output, task.inputs)}],
             self.tools, max_rounds=self.config.max_tool_rounds,
+            response_format=response_format(
+                VerdictAnswer, bool(self.config.options.get("structured_output"))),
         )
         answer = find_json_object(outcome.text) or {}
         approved = answer.get("approved") is True

@@ -47,7 +47,8 @@ class SupervisorActor(RoleActor):
     role = "supervisor"
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
-        super().__init__(ctx, instance=instance)
+        # Heartbeats are many and tiny: never queue them behind a dead letter.
+        super().__init__(ctx, instance=instance, concurrency=max(ctx.role.concurrency, 16))
         self.seen: dict[str, Heartbeat] = {}
         """The last heartbeat of every actor, by ``role/instance``."""
         self._reported: set[str] = set()

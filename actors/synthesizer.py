@@ -10,7 +10,7 @@ from runtime.delivery import Delivery
 from runtime.role import RoleActor
 
 from . import prompts
-from ._json import find_json_object
+from ._json import DecisionAnswer, find_json_object, response_format
 
 
 class Synthesizer(RoleActor):
@@ -31,7 +31,8 @@ class Synthesizer(RoleActor):
             {"role": "system", "content": self.config.system_prompt or prompts.SYNTHESIZER},
             {"role": "user", "content": prompts.synthesis_request(
                 task.goal, task.plan, task.results, task.failures, task.replans_left)},
-        ])
+        ], response_format=response_format(
+            DecisionAnswer, bool(self.config.options.get("structured_output"))))
         answer = find_json_object(completion.text)
         if answer is None:  # plain prose is taken as the answer itself
             answer = {"action": "finish", "answer": completion.text.strip()}

@@ -242,8 +242,10 @@ class Actor:
         task_status.started(scope)
         try:
             while True:
-                await self._slots.acquire()
-                free = 1 + self._slots.value
+                # Ask for as many tasks as there are free slots, without holding a slot
+                # through the long poll (other sources of this actor need them meanwhile).
+                async with self._slots:
+                    free = 1 + self._slots.value
                 try:
                     msgs = await psub.fetch(batch=free, timeout=FETCH_WAIT)
                 except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
@@ -252,8 +254,6 @@ class Actor:
                     log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
                     msgs = []
                     await anyio.sleep(FETCH_WAIT)
-                finally:
-                    self._slots.release()
                 for msg in msgs:
                     await self._admit(Delivery(msg, durable=True), decoder)
         finally:

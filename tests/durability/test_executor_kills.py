@@ -21,6 +21,7 @@ import pytest
 from nats.js import api
 
 from protocols import (
+    ActorError,
     RunRequest,
     StepClaimed,
     StepFinished,
@@ -65,17 +66,19 @@ class Cluster:
 @asynccontextmanager
 async def deployment(
     nats_url: str, prefix: str, tmp_path: Path, plan: list[dict[str, Any]], *, workers: int = 2,
+    here: tuple[str, ...] = ("planner", "synthesizer"),
 ) -> AsyncIterator[Cluster]:
-    """Planner + synthesizer here, ``workers`` executor processes of role ``worker``."""
+    """The roles ``here`` in this process, ``workers`` executor processes of role ``worker``."""
     async with open_scripted_model_server(plan_scenario(plan)) as model:
         team_file = tmp_path / "team.toml"
         team_file.write_text(team_toml(model.base_url))
         env = env_for(nats_url, prefix, tmp_path)
-        settings = Settings(nats_url=nats_url, prefix=prefix, ack_wait=1.5, run_lease=1.5)
+        settings = Settings(nats_url=nats_url, prefix=prefix, ack_wait=1.5, run_lease=1.5,
+                            heartbeat_interval=0.5)
         procs: list[subprocess.Popen[str]] = []
         try:
             async with open_deployment(settings, load_team(team_file), builtin_tools(),
-                                       roles=["planner", "synthesizer"]) as bus:
+                                       roles=list(here)) as bus:
                 for _ in range(workers):
                     procs.append(await spawn(team_file, "worker", env))
                 yield Cluster(bus, tmp_path, procs)
@@ -150,9 +153,16 @@ async def test_a_stalled_executors_late_result_is_rejected(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
     plan = [gate(1, "stall"), gate(2, "hold", after="$1")]
-    async with deployment(nats_url, prefix, tmp_path, plan) as d:
+    here = ("planner", "synthesizer", "supervisor")
+    async with deployment(nats_url, prefix, tmp_path, plan, here=here) as d:
         late: list[StepResult] = []
         arrived = anyio.Event()
+        silent: list[ActorError] = []
+        reported = anyio.Event()
+
+        async def errors(msg: Any) -> None:
+            silent.append(decode(msg.data, ActorError))
+            reported.set()
 
         async def watch(msg: Any) -> None:
             message = decode(msg.data, StepResult | StepClaimed)
@@ -163,6 +173,7 @@ async def test_a_stalled_executors_late_result_is_rejected(
 
         accepted = await submit(d.bus, RunRequest(goal="stall"))
         await d.bus.nc.subscribe(d.bus.subject(Verb.RESULT, accepted.run_id), cb=watch)
+        await d.bus.nc.subscribe(d.bus.subject(Verb.ERROR, "supervisor"), cb=errors)
         async with following(d.bus, accepted.run_id) as events:
             started = await events.until(lambda e: isinstance(e, StepStarted) and e.step_id == 1)
             assert isinstance(started, StepStarted)
@@ -172,6 +183,8 @@ async def test_a_stalled_executors_late_result_is_rejected(
             stopped_at = time.time()
             try:
                 done = await events.until(lambda e: isinstance(e, StepFinished) and e.step_id == 1)
+                with anyio.fail_after(30):
+                    await reported.wait()  # the supervisor noticed the silence
             finally:
                 (d.test_dir / "stall.release").touch()
                 os.kill(stalled, signal.SIGCONT)
@@ -185,6 +198,7 @@ async def test_a_stalled_executors_late_result_is_rejected(
     assert len(stale) == 1 and stale[0].ok  # it did publish, after the other finished
     assert len(events.of(StepFinished, 1)) == 1  # duplicate outcomes: 0
     assert next(s for s in record.steps if s.step.id == 1).executor == done.executor
+    assert pid_of(f"worker/{silent[0].instance}") == stalled and "silent for" in silent[0].reason
     print(f"\nRECOVERY executor SIGSTOP: {done.ts - stopped_at:.2f}s")
 
 

@@ -205,3 +205,21 @@ async def test_drain_timeout_hands_unfinished_work_back(nats_url: str, prefix: s
             [result] = await results.wait_for(1)
             second.drain()
         assert result.output == "sleep:1" and result.executor.endswith(second.instance)
+
+
+async def test_a_worker_holds_no_more_work_than_its_concurrency(
+    nats_url: str, prefix: str
+) -> None:
+    """Fetches ask for free slots only: the second task waits in the stream, not in a
+    busy worker's buffer, where another instance could not take it."""
+    settings = Settings(nats_url=nats_url, prefix=prefix)
+    async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+        actor = EchoActor(bus, concurrency=1)
+        await tg.start(actor.serve)
+        for i in range(3):
+            await bus.publish_durable(bus.subject(Verb.STEP, "echo"),
+                                      task("sleep:1", step_id=i + 1))
+        await actor.working.wait()
+        info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
+        assert info.num_ack_pending == 1 and info.num_pending == 2
+        actor.drain()
