@@ -185,12 +185,14 @@ class Run:
                         {"role": "user", "content": content}]
             try:
                 held: list[Step] = []  # with streaming off, steps wait for the whole plan
+                seen = {s.id: s for s in accepted}  # a re-asked model may repeat a step
                 async with model.stream_lines(messages) as lines:
                     try:
                         async for number, line in _numbered(lines):
                             step = _parse_step(number, line)
-                            if step is None or step in accepted or step in held:
+                            if step is None or seen.get(step.id) == step:
                                 continue
+                            seen[step.id] = step
                             if not self.stream_plan:
                                 held.append(step)
                                 continue
@@ -288,7 +290,8 @@ class Run:
                         self._decided.set()
                 case ReplanRequest():
                     await self._on_replan_request(message)
-        await self.save()
+        if not isinstance(message, StepClaimed):  # a claim only fences; not worth a write
+            await self.save()
 
     async def _on_replan_request(self, request: ReplanRequest) -> None:
         """A step that could not be run (dead-lettered) fails for good; else replan now."""

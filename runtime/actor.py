@@ -242,12 +242,15 @@ class Actor:
         task_status.started(scope)
         try:
             while True:
-                # Ask for as many tasks as there are free slots, without holding a slot
-                # through the long poll (other sources of this actor need them meanwhile).
+                # Wait for a free slot without holding it through the long poll (other
+                # sources of this actor need slots meanwhile), then ask for one task:
+                # nats-py's fetch(batch=N) returns on the first message but leaves the rest
+                # of the pull open on the server, and the next fetch would then hold a
+                # waiting task until that pull expires (up to FETCH_WAIT).
                 async with self._slots:
-                    free = 1 + self._slots.value
+                    pass
                 try:
-                    msgs = await psub.fetch(batch=free, timeout=FETCH_WAIT)
+                    msgs = await psub.fetch(batch=1, timeout=FETCH_WAIT)
                 except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
                     msgs = []
                 except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
