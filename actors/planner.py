@@ -17,15 +17,18 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.js.errors import KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from protocols import (
+    Event,
     Message,
     ReplanRequest,
     RunAccepted,
+    RunEvent,
     RunRecord,
     RunRequest,
     StepClaimed,
+    StepRecord,
     StepResult,
     Stream,
     SynthesisDecision,
@@ -33,15 +36,18 @@ from protocols import (
     Verdict,
     decode,
     encode,
+    run_key,
     runs_bucket,
+    step_keys,
     stream_name,
     subject,
 )
 from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.delivery import Delivery
+from runtime.kv import current_values
 from runtime.role import RoleActor, RoleContext
 
-from .run import LostRun, Run, run_key
+from .run import LostRun, Run
 from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
@@ -92,7 +98,8 @@ class Planner(RoleActor):
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
         else:
-            self._start(Run(self, await self._restore(record), revision), resumed=False)
+            self._start(Run(self, await self._restore(record, fresh=True), revision),
+                        resumed=False)
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
@@ -101,10 +108,27 @@ class Planner(RoleActor):
         """Tools a plan may name: the team's (they may live on the workers only) and ours."""
         return self.ctx.team.tool_names() | set(self.ctx.tools.names())
 
-    async def _restore(self, record: RunRecord) -> RunState:
+    async def _restore(self, record: RunRecord, *, fresh: bool = False) -> RunState:
+        """The run as stored; a run taken over continues its events after the last stored."""
+        steps: dict[int, StepRecord] = {}
+        if not fresh:
+            for entry in (await current_values(self.kv, step_keys(record.run_id))).values():
+                step = decode(entry.value, StepRecord)
+                steps[step.step.id] = step
+            record = msgspec.structs.replace(
+                record, next_seq=max(record.next_seq, await self._last_event(record.run_id) + 1))
         return await restore(
-            record, known_roles=[r.name for r in self.ctx.team.executors()],
+            record, steps, known_roles=[r.name for r in self.ctx.team.executors()],
             known_tools=self.known_tools, fetch=self.bus.get_object)
+
+    async def _last_event(self, run_id: str) -> int:
+        try:
+            msg = await self.bus.js.get_last_msg(stream_name(self.bus.prefix, Stream.EVENTS),
+                                                 self.bus.subject(Verb.EVENT, run_id))
+        except NotFoundError:
+            return 0
+        event: Event = decode(await self.bus.resolve(msg.data or b""), RunEvent)
+        return event.seq
 
     def _start(self, run: Run, *, resumed: bool) -> None:
         self.runs[run.run_id] = run
@@ -158,17 +182,11 @@ class Planner(RoleActor):
             await anyio.sleep(self.lease / 3)
 
     async def _adopt_orphans(self) -> None:
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            return
-        for key in keys:
-            run_id = key.removeprefix("runs.")
-            if run_id == key or run_id in self.runs:
-                continue
-            entry = await self.kv.get(key)
+        headers = await current_values(self.kv, "runs.*")
+        for key, entry in headers.items():
             record = decode(entry.value, RunRecord)
-            if record.status != "active" or record.lease_until > time.time():
+            if record.run_id in self.runs or record.status != "active" \
+                    or record.lease_until > time.time():
                 continue
             claimed = msgspec.structs.replace(record, owner=self.owner_id,
                                               lease_until=time.time() + self.lease)
@@ -176,5 +194,6 @@ class Planner(RoleActor):
                 revision = await self.kv.update(key, encode(claimed), last=entry.revision)
             except KeyWrongLastSequenceError:
                 continue  # another planner was quicker
-            log.warning("adopting run %s from %s (its lease expired)", run_id, record.owner)
+            log.warning("adopting run %s from %s (its lease expired)", record.run_id,
+                        record.owner)
             self._start(Run(self, await self._restore(claimed), revision), resumed=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import msgspec
@@ -36,6 +36,7 @@ from protocols import (
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepRecord,
     StepResult,
     StepStarted,
     StepTask,
@@ -47,6 +48,8 @@ from protocols import (
     Verdict,
     decode,
     encode,
+    run_key,
+    step_key,
 )
 from runtime.bus import TRANSIENT
 from runtime.errors import ModelError, PlanValidationError, StepStateError
@@ -60,11 +63,6 @@ if TYPE_CHECKING:
     from .planner import Planner
 
 log = logging.getLogger(__name__)
-
-def run_key(run_id: str) -> str:
-    """The run's key in the run-state bucket."""
-    return f"runs.{run_id}"
-
 
 PREVIEW = 4000
 """Characters of a step's output carried in its ``step.finished`` event."""
@@ -106,6 +104,7 @@ class Run:
         self.synthesis_round = record.synthesis_round
         self.round_reason = record.round_reason
         self._revision = revision
+        self._touched: set[int] = set(self.meta)  # steps whose records need writing
         self._saved = self._version = 0
         self._save_lock = anyio.Lock()
         self._lock = anyio.Lock()
@@ -231,6 +230,7 @@ class Run:
             self._check_tool_allowed(step)
             ready = self.scheduler.add(step)
             self.meta[step.id] = StepMeta(round_)
+            self._touched.add(step.id)
             # Subscribers see the real DAG: $N references count as dependencies.
             shown = msgspec.structs.replace(
                 step, depends_on=sorted(self.scheduler.dependencies(step.id)))
@@ -241,6 +241,7 @@ class Run:
     async def _dispatch(self, steps: list[Step]) -> None:
         for step in steps:
             self.scheduler.start(step.id)
+            self._touched.add(step.id)
             attempt = self.scheduler.attempt(step.id)
             if step.tool is not None:
                 sent = msgspec.structs.replace(step, args=self.scheduler.resolve_args(step))
@@ -311,6 +312,7 @@ class Run:
                 or claim.delivery < meta.delivery:
             return
         meta.executor, meta.delivery = claim.executor, claim.delivery
+        self._touched.add(claim.step_id)
         await self.events.emit(StepStarted(run_id=self.run_id, step_id=claim.step_id,
                                            attempt=claim.attempt, executor=claim.executor))
 
@@ -322,6 +324,8 @@ class Run:
                      self.run_id, result.step_id, result.attempt, result.executor)
             return
         await self._spent(f"step:{result.step_id}", result.usage)
+        meta.usage = meta.usage + result.usage
+        self._touched.add(result.step_id)
         step = self.scheduler.step(result.step_id)
         if not result.ok:
             retry = result.retryable and result.attempt < self.team.step_attempts
@@ -346,6 +350,8 @@ class Run:
                 or not self._current(verdict.step_id, verdict.attempt):
             return
         await self._spent(f"critic:{verdict.step_id}", verdict.usage)
+        meta.usage = meta.usage + verdict.usage
+        self._touched.add(verdict.step_id)
         await self.events.emit(CriticVerdict(
             run_id=self.run_id, step_id=verdict.step_id, attempt=verdict.attempt,
             approved=verdict.approved, critique=verdict.critique))
@@ -365,6 +371,7 @@ class Run:
             self.meta[step.id].output_ref = await self.bus.put_object(
                 f"out/{self.run_id}/{step.id}/{attempt}", output.encode())
         ready = self.scheduler.complete(step.id, output)
+        self._touched.add(step.id)
         preview = output if len(output) <= PREVIEW else output[:PREVIEW] + "…"
         await self.events.emit(StepFinished(run_id=self.run_id, step_id=step.id,
                                             attempt=attempt, output=preview,
@@ -373,6 +380,7 @@ class Run:
         self._check_round_over()
 
     async def _step_failed(self, step: Step, attempt: int, error: str, retry: bool) -> None:
+        self._touched.add(step.id)
         await self.events.emit(StepFailed(run_id=self.run_id, step_id=step.id, attempt=attempt,
                                           error=error, will_retry=retry))
         if retry:
@@ -446,9 +454,10 @@ class Run:
             await self.save()
 
     async def save(self) -> None:
-        """Store the run's state with compare-and-set; concurrent callers share one write.
+        """Store what changed: the steps touched since the last save, then the header.
 
-        Raises ``LostRun`` if another planner wrote the record meanwhile (it took over).
+        The header is written with compare-and-set, so a planner that lost the run learns
+        it here (``LostRun``). Concurrent callers share one write.
         """
         self._version += 1
         wanted = self._version
@@ -456,28 +465,51 @@ class Run:
             if self._saved >= wanted:
                 return  # a write that started after our change already covered it
             version = self._version
-            record = run_state.snapshot(
-                self.record, self.scheduler, self.meta, plan_closed=self.plan_closed,
+            touched, self._touched = self._touched, set()
+            records = [run_state.step_record(self.scheduler, self.meta[sid], step)
+                       for sid in touched
+                       if (step := self._step_or_none(sid)) is not None]
+            head = run_state.header(
+                self.record, self.scheduler, plan_closed=self.plan_closed,
                 synthesis_round=self.synthesis_round, next_seq=self.events.next_seq,
                 usage=self.usage, owner=self.planner.owner_id,
                 lease_until=time.time() + self.planner.lease, round_reason=self.round_reason)
-            self._revision = await self._write(record)
+            try:
+                async with anyio.create_task_group() as tg:
+                    for record in records:
+                        tg.start_soon(self._put_step, record)
+                self._revision = await self._write(head)
+            except BaseException:
+                self._touched |= touched  # written again next time
+                raise
             self._saved = version
 
+    def _step_or_none(self, step_id: int) -> Step | None:
+        return self.scheduler.step(step_id) if self._state_of(step_id) is not None else None
+
+    async def _put_step(self, record: StepRecord) -> None:
+        await self._retrying(lambda: self.planner.kv.put(
+            step_key(self.run_id, record.step.id), encode(record)))
+
     async def _write(self, record: RunRecord) -> int:
-        """Compare-and-set, retried through a failover; a write that landed is not a loss."""
+        """Compare-and-set the header; a retried write that landed is not a loss."""
+        try:
+            revision: int = await self._retrying(lambda: self.planner.kv.update(
+                self.key, encode(record), last=self._revision))
+            return revision
+        except KeyWrongLastSequenceError as exc:
+            entry = await self.planner.kv.get(self.key)
+            stored = decode(entry.value, RunRecord)
+            if stored.owner == record.owner and stored.updated_at == record.updated_at:
+                return int(entry.revision)  # our earlier try landed; its ack was lost
+            raise LostRun(self.run_id) from exc
+
+    async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
+        """Retry a KV write through a failover (leader elections, reconnects)."""
         delay, deadline = 0.05, time.monotonic() + self.bus.settings.publish_retry_for
         while True:
             try:
-                revision: int = await self.planner.kv.update(self.key, encode(record),
-                                                             last=self._revision)
-                return revision
-            except KeyWrongLastSequenceError as exc:
-                entry = await self.planner.kv.get(self.key)
-                stored = decode(entry.value, RunRecord)
-                if stored.owner == record.owner and stored.updated_at == record.updated_at:
-                    return int(entry.revision)  # our earlier try landed; its ack was lost
-                raise LostRun(self.run_id) from exc
+                return await write()
             except TRANSIENT as exc:
                 if time.monotonic() + delay > deadline:
                     raise

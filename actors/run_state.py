@@ -1,17 +1,21 @@
-"""A run's state to and from its KV record (``protocols.RunRecord``).
+"""A run's state to and from the run-state bucket (see ``protocols.state``).
 
-The planner writes the record after every change that an acknowledgement depends on,
-so a planner that takes the run over resumes exactly where the last one stopped.
+The planner writes the header and the records of the steps that changed before it
+acknowledges any outcome, so a planner that takes the run over resumes exactly where
+the last one stopped.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from protocols import ObjectRef, RunRecord, Step, StepRecord, Usage
 from runtime.scheduler import Scheduler, StepState
+
+INLINE = 2048
+"""Outputs longer than this are kept in the object store; the record holds a reference."""
 
 _STATUS = {StepState.PENDING: "pending", StepState.READY: "ready",
            StepState.RUNNING: "running", StepState.DONE: "done", StepState.FAILED: "failed"}
@@ -30,25 +34,23 @@ class StepMeta:
     feedback: str = ""
     output_ref: ObjectRef | None = None
     """Where a long output is kept (the record holds only this reference)."""
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass
 class RunState:
-    """Everything a Run persists, besides the scheduler itself."""
+    """A run as read back: its header, DAG and per-step knowledge."""
 
     record: RunRecord
     scheduler: Scheduler
     meta: dict[int, StepMeta] = field(default_factory=dict)
 
 
-INLINE = 2048
-"""Outputs longer than this are kept in the object store; the record holds a reference."""
-
-
 async def restore(
-    record: RunRecord, *, known_roles: Collection[str], known_tools: Collection[str],
-    fetch: Callable[[ObjectRef], Awaitable[bytes]],
+    record: RunRecord, steps: Mapping[int, StepRecord], *, known_roles: Collection[str],
+    known_tools: Collection[str], fetch: Callable[[ObjectRef], Awaitable[bytes]],
 ) -> RunState:
+    """Rebuild a run from its header and step records (fetching long outputs)."""
     async def text(r: StepRecord) -> str:
         if r.status != "done":
             return r.error
@@ -56,39 +58,41 @@ async def restore(
             return (await fetch(r.output_ref)).decode()
         return r.output or ""
 
-    steps = [(r.step, r.round, _STATE[r.status], r.attempt, await text(r)) for r in record.steps]
+    ordered = [steps[sid] for sid in record.order if sid in steps]
     scheduler = Scheduler.restore(
         known_roles=known_roles, known_tools=known_tools, max_steps=record.request.max_steps,
-        round=record.round, closed=record.plan_closed, steps=steps, dropped=record.dropped)
+        round=record.round, closed=record.plan_closed, dropped=record.dropped,
+        steps=[(r.step, r.round, _STATE[r.status], r.attempt, await text(r)) for r in ordered])
     meta = {r.step.id: StepMeta(r.round, r.executor, r.delivery, r.review_output, r.feedback,
-                                r.output_ref) for r in record.steps}
+                                r.output_ref, r.usage) for r in ordered}
     return RunState(record, scheduler, meta)
 
 
-def snapshot(
-    base: RunRecord, scheduler: Scheduler, meta: dict[int, StepMeta], *, plan_closed: bool,
-    synthesis_round: int, next_seq: int, usage: Usage, owner: str, lease_until: float,
-    round_reason: str,
+def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
+    state = scheduler.state(step.id)
+    done = state is StepState.DONE
+    return StepRecord(
+        step=step, round=meta.round, status=_STATUS[state],  # type: ignore[arg-type]
+        attempt=scheduler.attempt(step.id),
+        output=scheduler.results.get(step.id) if done and meta.output_ref is None else None,
+        output_ref=meta.output_ref if done else None,
+        error=scheduler.failures.get(step.id, ""), executor=meta.executor,
+        delivery=meta.delivery, review_output=meta.review_output, feedback=meta.feedback,
+        usage=meta.usage,
+    )
+
+
+def header(
+    base: RunRecord, scheduler: Scheduler, *, plan_closed: bool, synthesis_round: int,
+    next_seq: int, usage: Usage, owner: str, lease_until: float, round_reason: str,
 ) -> RunRecord:
-    records = []
-    for step in scheduler.steps:
-        state = scheduler.state(step.id)
-        m = meta[step.id]
-        done = state is StepState.DONE
-        records.append(StepRecord(
-            step=step, round=m.round, status=_STATUS[state],  # type: ignore[arg-type]
-            attempt=scheduler.attempt(step.id),
-            output=scheduler.results.get(step.id) if done and m.output_ref is None else None,
-            output_ref=m.output_ref if done else None,
-            error=scheduler.failures.get(step.id, ""), executor=m.executor,
-            delivery=m.delivery, review_output=m.review_output, feedback=m.feedback,
-        ))
     return RunRecord(
         run_id=base.run_id, request=base.request, status=base.status, owner=owner,
         lease_until=lease_until, round=scheduler.round, plan_closed=plan_closed,
-        synthesis_round=synthesis_round, steps=records, dropped=sorted(scheduler.dropped),
-        next_seq=next_seq, usage=usage, outcome=base.outcome, round_reason=round_reason,
-        started_at=base.started_at, updated_at=time.time(),
+        round_reason=round_reason, synthesis_round=synthesis_round,
+        order=[s.id for s in scheduler.steps], dropped=sorted(scheduler.dropped),
+        next_seq=next_seq, usage=usage, outcome=base.outcome, started_at=base.started_at,
+        updated_at=time.time(),
     )
 
 

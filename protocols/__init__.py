@@ -46,6 +46,9 @@ from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES
 from .schema import json_schema as json_schema
 from .state import RunRecord as RunRecord
 from .state import StepRecord as StepRecord
+from .state import run_key as run_key
+from .state import step_key as step_key
+from .state import step_keys as step_keys
 from .subjects import DEFAULT_PREFIX as DEFAULT_PREFIX
 from .subjects import InvalidSubjectToken as InvalidSubjectToken
 from .subjects import Stream as Stream

@@ -25,7 +25,7 @@ from .messages import (
     Verdict,
 )
 from .plan import Plan, Step
-from .state import RunRecord
+from .state import RunRecord, StepRecord
 
 PUBLIC_MESSAGES: tuple[Any, ...] = (
     RunRequest,
@@ -43,6 +43,7 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     ActorError,
     Offloaded,
     RunRecord,
+    StepRecord,
     *RunEvent.__args__,
 )
 """Every message type that crosses the bus."""

@@ -1,14 +1,17 @@
-"""Run state as the planner stores it in the run-state KV bucket (key ``runs.<run_id>``).
+"""Run state as the planner stores it in the run-state KV bucket.
 
-Written only by the planner that holds the run's lease, always with compare-and-set on
-the entry's revision, so a planner that lost the run cannot overwrite its new owner.
+Two kinds of keys, so a save costs the same at step 5 and at step 5,000:
+
+- ``runs.<run_id>``: the run's header (``RunRecord``), small, written with
+  compare-and-set on its revision by the planner holding the run's lease, so a planner
+  that lost the run learns it on its next write and stops;
+- ``runs.<run_id>.steps.<step_id>``: one ``StepRecord`` per step, written when that step
+  changes (alongside a header write).
 """
 
 from __future__ import annotations
 
 from typing import Literal
-
-import msgspec
 
 from ._base import Message, ObjectRef, Usage
 from .messages import RunId, RunRequest
@@ -17,8 +20,23 @@ from .plan import Step
 StepStatus = Literal["pending", "ready", "running", "done", "failed"]
 
 
-class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One step's state within a run."""
+def run_key(run_id: str) -> str:
+    """The key of a run's header."""
+    return f"runs.{run_id}"
+
+
+def step_key(run_id: str, step_id: int) -> str:
+    """The key of one step's record."""
+    return f"runs.{run_id}.steps.{step_id}"
+
+
+def step_keys(run_id: str) -> str:
+    """The pattern matching every step record of a run."""
+    return f"runs.{run_id}.steps.*"
+
+
+class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
+    """One step's state within a run (key ``runs.<run_id>.steps.<step_id>``)."""
 
     step: Step
     """The step as planned."""
@@ -42,6 +60,8 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """An output waiting for the critic's verdict."""
     feedback: str = ""
     """The critic's last critique, sent with the next attempt."""
+    usage: Usage = Usage()
+    """Model usage spent on the step (executor and critic), all attempts."""
 
 
 class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
@@ -65,14 +85,14 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     """Why the current round was planned (empty for the first plan)."""
     synthesis_round: int = -1
     """The round whose synthesis was requested (-1: none yet)."""
-    steps: list[StepRecord] = []
-    """Every step, in emission order, across rounds (dropped ones removed)."""
+    order: list[int] = []
+    """Step ids in emission order, across rounds (each has a step record)."""
     dropped: list[int] = []
     """Ids of earlier rounds' unfinished steps: taken, never reused."""
     next_seq: int = 1
     """The sequence number of the run's next event."""
     usage: Usage = Usage()
-    """Usage so far."""
+    """The run's usage so far, all roles."""
     outcome: str = ""
     """The answer (finished) or the reason (failed)."""
     started_at: float = 0.0

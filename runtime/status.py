@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import anyio
 import msgspec
@@ -17,16 +16,15 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from rich.console import Console
 from rich.table import Table
 
-from protocols import Heartbeat, RunRecord, Verb, decode, runs_bucket, subject
+from protocols import Heartbeat, RunRecord, StepRecord, Verb, decode, runs_bucket, subject
 
 from .bus import Bus
+from .kv import current_values
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_WINDOWS = 1.5
 """By default heartbeats are collected for this many heartbeat intervals."""
-KV_READ_TIMEOUT = 10.0
-"""Seconds reading the run-state bucket may take before status gives up."""
 
 
 class ActorStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,35 +126,31 @@ async def collect_runs(bus: Bus, *, now: float | None = None) -> list[RunStatus]
         log.info("no run-state bucket %s: nothing has run under prefix %r",
                  runs_bucket(bus.prefix), bus.prefix)
         return []
-    records: list[RunRecord] = []
-    watcher: Any = await kv.watch("runs.>", ignore_deletes=True)  # nats-py: stop() is untyped
-    try:
-        with anyio.fail_after(KV_READ_TIMEOUT):
-            async for entry in watcher:
-                if entry is None:  # the end of the current values
-                    break
-                try:
-                    records.append(decode(entry.value, RunRecord))
-                except msgspec.DecodeError as exc:
-                    log.warning("ignoring unreadable run state %s: %s", entry.key, exc)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await watcher.stop()
+    headers = await current_values(kv, "runs.*")
+    records = []
+    for key, entry in headers.items():
+        try:
+            records.append(decode(entry.value, RunRecord))
+        except msgspec.DecodeError as exc:
+            log.warning("ignoring unreadable run state %s: %s", key, exc)
+    active = [r for r in records if r.status == "active"]
+    done: dict[str, set[int]] = {r.run_id: set() for r in active}
+    for key, entry in (await current_values(kv, "runs.*.steps.*")).items():
+        run_id = key.split(".")[1]
+        if run_id in done and decode(entry.value, StepRecord).status == "done":
+            done[run_id].add(int(key.rsplit(".", 1)[1]))
     now = time.time() if now is None else now
-    return [
-        run_status(record, now)
-        for record in sorted(records, key=lambda r: (r.started_at, r.run_id))
-        if record.status == "active"
-    ]
+    return [run_status(record, now, done[record.run_id])
+            for record in sorted(active, key=lambda r: (r.started_at, r.run_id))]
 
 
-def run_status(record: RunRecord, now: float) -> RunStatus:
-    """A run's row: its step counts, lease and age at ``now`` (Unix time)."""
+def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
+    """A run's row: its step counts (``done``: ids of finished steps), lease and age."""
     return RunStatus(
         run_id=record.run_id, goal=record.request.goal, status=record.status,
         owner=record.owner, round=record.round,
-        steps_done=sum(1 for s in record.steps if s.status == "done"),
-        steps_total=len(record.steps),
+        steps_done=len(done & set(record.order)),
+        steps_total=len(record.order),
         lease_remaining=record.lease_until - now,
         age=now - (record.started_at or record.updated_at or now),
     )

@@ -33,7 +33,7 @@ from protocols import (
     runs_bucket,
     stream_name,
 )
-from protocols.state import RunRecord
+from protocols.state import StepRecord, step_key
 from runtime.bus import Bus
 from runtime.client import submit
 from runtime.process import open_deployment
@@ -95,10 +95,10 @@ def echo(step_id: int, text: str) -> dict[str, Any]:
     return {"id": step_id, "role": "worker", "tool": "echo", "args": {"text": text}}
 
 
-async def run_record(bus: Bus, run_id: str) -> RunRecord:
+async def step_record(bus: Bus, run_id: str, step_id: int) -> StepRecord:
     kv = await bus.js.key_value(runs_bucket(bus.prefix))
-    entry = await kv.get(f"runs.{run_id}")
-    record: RunRecord = decode(entry.value, RunRecord)
+    entry = await kv.get(step_key(run_id, step_id))
+    record: StepRecord = decode(entry.value, StepRecord)
     return record
 
 
@@ -137,9 +137,8 @@ async def test_side_effect_then_sigkill_is_recorded_once(
             os.kill(pid_of(started.executor), signal.SIGKILL)  # ... and the ack never will
             killed_at = time.time()
             await events.finished()
-        record = await run_record(d.bus, accepted.run_id)
+        step1 = await step_record(d.bus, accepted.run_id, 1)
     [done] = events.of(StepFinished, 1)
-    step1 = next(s for s in record.steps if s.step.id == 1)
     assert step1.executor == done.executor and step1.status == "done"
     ledger = (d.test_dir / "ledger.txt").read_text().splitlines()
     recorded = f"{accepted.run_id}/1/{step1.attempt}/{step1.delivery} {step1.executor}"
@@ -192,12 +191,12 @@ async def test_a_stalled_executors_late_result_is_rejected(
                 await arrived.wait()  # the stalled executor's result came in, late
             (d.test_dir / "hold.release").touch()
             await events.finished()
-        record = await run_record(d.bus, accepted.run_id)
+        step1 = await step_record(d.bus, accepted.run_id, 1)
     assert isinstance(done, StepFinished) and pid_of(done.executor) != stalled
     stale = [r for r in late if pid_of(r.executor) == stalled]
     assert len(stale) == 1 and stale[0].ok  # it did publish, after the other finished
     assert len(events.of(StepFinished, 1)) == 1  # duplicate outcomes: 0
-    assert next(s for s in record.steps if s.step.id == 1).executor == done.executor
+    assert step1.executor == done.executor
     assert pid_of(f"worker/{silent[0].instance}") == stalled and "silent for" in silent[0].reason
     print(f"\nRECOVERY executor SIGSTOP: {done.ts - stopped_at:.2f}s")
 

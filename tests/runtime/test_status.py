@@ -64,7 +64,7 @@ def record(run_id: str, *, finished: bool = False, now: float) -> RunRecord:
         run_id=run_id, request=RunRequest(goal=f"find out what {run_id} is about " * 4),
         status="finished" if finished else "active", owner="planner-host-1-ab12",
         lease_until=now + 30.0, round=1,
-        steps=[step(1, "done"), step(2, "running"), step(3, "pending")],
+        order=[1, 2, 3],
         started_at=now - 12.0, updated_at=now,
     )
 
@@ -77,6 +77,8 @@ async def deployment(nats_url: str, prefix: str) -> AsyncIterator[tuple[Bus, lis
         kv = await bus.js.key_value(runs_bucket(prefix))
         now = time.time()
         await kv.put("runs.r-active", encode(record("r-active", now=now)))
+        for sid, status in ((1, "done"), (2, "running"), (3, "pending")):
+            await kv.put(f"runs.r-active.steps.{sid}", encode(step(sid, status)))
         await kv.put("runs.r-done", encode(record("r-done", finished=True, now=now)))
         listeners = [Listener(bus, instance="idle-1"), Listener(bus, instance="busy-1")]
         for listener in listeners:
@@ -165,7 +167,7 @@ async def test_collect_runs_of_an_empty_bucket(nats_url: str, prefix: str) -> No
 async def test_run_status_counts_steps_and_a_lapsed_lease() -> None:
     now = 1_000_000.0
     stale = record("r1", now=now)
-    row = run_status(stale, now + 40.0)
+    row = run_status(stale, now + 40.0, done={1})
     assert (row.steps_done, row.steps_total) == (1, 3)
     assert row.lease_remaining == pytest.approx(-10.0)
     assert row.age == pytest.approx(52.0)
@@ -174,7 +176,7 @@ async def test_run_status_counts_steps_and_a_lapsed_lease() -> None:
 async def test_render_status_shows_both_tables() -> None:
     now = time.time()
     found = DeploymentStatus(
-        actors=[], runs=[run_status(record("r-render", now=now), now)]
+        actors=[], runs=[run_status(record("r-render", now=now), now, done={1})]
     )
     out = io.StringIO()
     render_status(found, Console(file=out, width=200), wait=WAIT)
