@@ -45,7 +45,7 @@ class Executor(RoleActor):
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me)
         results = self.bus.subject(Verb.RESULT, task.run_id)
-        await self.bus.publish_durable(
+        claim = await self.bus.publish_soon(  # stored before the result: same connection
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
                                  attempt=task.attempt, executor=me, delivery=ctx.delivery),
             msg_id=f"{ctx.key}/claim",
@@ -70,6 +70,7 @@ class Executor(RoleActor):
         # The id names the delivery too: a stale executor's result must not be mistaken
         # for (and de-duplicate away) the result of the redelivery that owns the attempt.
         await self.bus.publish_durable(results, result, msg_id=ctx.key)
+        await self.bus.settle([claim])
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:
         step = task.step

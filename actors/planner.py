@@ -17,14 +17,12 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError
 
 from protocols import (
-    Event,
     Message,
     ReplanRequest,
     RunAccepted,
-    RunEvent,
     RunRecord,
     RunRequest,
     StepClaimed,
@@ -109,26 +107,17 @@ class Planner(RoleActor):
         return self.ctx.team.tool_names() | set(self.ctx.tools.names())
 
     async def _restore(self, record: RunRecord, *, fresh: bool = False) -> RunState:
-        """The run as stored; a run taken over continues its events after the last stored."""
+        """The run as stored. Its events go on from the saved ``next_seq``: events sent
+        after the last save are sent again under the same numbers (stored ones are
+        de-duplicated; one that never got stored fills its gap)."""
         steps: dict[int, StepRecord] = {}
         if not fresh:
             for entry in (await current_values(self.kv, step_keys(record.run_id))).values():
                 step = decode(entry.value, StepRecord)
                 steps[step.step.id] = step
-            record = msgspec.structs.replace(
-                record, next_seq=max(record.next_seq, await self._last_event(record.run_id) + 1))
         return await restore(
             record, steps, known_roles=[r.name for r in self.ctx.team.executors()],
             known_tools=self.known_tools, fetch=self.bus.get_object)
-
-    async def _last_event(self, run_id: str) -> int:
-        try:
-            msg = await self.bus.js.get_last_msg(stream_name(self.bus.prefix, Stream.EVENTS),
-                                                 self.bus.subject(Verb.EVENT, run_id))
-        except NotFoundError:
-            return 0
-        event: Event = decode(await self.bus.resolve(msg.data or b""), RunEvent)
-        return event.seq
 
     def _start(self, run: Run, *, resumed: bool) -> None:
         self.runs[run.run_id] = run

@@ -51,7 +51,7 @@ from protocols import (
     run_key,
     step_key,
 )
-from runtime.bus import TRANSIENT
+from runtime.bus import TRANSIENT, Unsettled
 from runtime.errors import ModelError, PlanValidationError, StepStateError
 from runtime.events import EventLog
 from runtime.scheduler import StepState
@@ -105,6 +105,7 @@ class Run:
         self.round_reason = record.round_reason
         self._revision = revision
         self._touched: set[int] = set(self.meta)  # steps whose records need writing
+        self._unsettled: list[Unsettled] = []  # tasks sent, storage not yet confirmed
         self._saved = self._version = 0
         self._save_lock = anyio.Lock()
         self._lock = anyio.Lock()
@@ -251,10 +252,9 @@ class Run:
             task = StepTask(run_id=self.run_id, goal=self.request.goal, step=sent,
                             attempt=attempt, inputs=inputs,
                             feedback=self.meta[step.id].feedback)
-            await self.bus.publish_durable(
+            self._unsettled.append(await self.bus.publish_soon(
                 self.bus.subject(Verb.STEP, step.role), task,
-                msg_id=f"{self.run_id}/{step.id}/{attempt}",
-            )
+                msg_id=f"{self.run_id}/{step.id}/{attempt}"))
             await self.events.emit(StepDispatched(run_id=self.run_id, step_id=step.id,
                                                   role=step.role, attempt=attempt))
 
@@ -464,6 +464,10 @@ class Run:
         async with self._save_lock:
             if self._saved >= wanted:
                 return  # a write that started after our change already covered it
+            # What the state says was sent must be stored before the state is.
+            sent, self._unsettled = self._unsettled, []
+            await self.events.flush()
+            await self.bus.settle(sent)
             version = self._version
             touched, self._touched = self._touched, set()
             records = [run_state.step_record(self.scheduler, self.meta[sid], step)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -18,7 +19,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionReconnectingError, NoRespondersError
-from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from nats.nuid import NUID
 
 from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
@@ -42,6 +43,19 @@ TRANSIENT: tuple[type[Exception], ...] = (
     ConnectionReconnectingError,
 )
 """Publish failures that pass on their own (during failover); retried when idempotent."""
+UNCONFIRMED: tuple[type[Exception], ...] = (*TRANSIENT, APIError)
+"""Why an asynchronous publish may go unconfirmed: then it is stored again."""
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """A message sent to JetStream whose acknowledgement has not been awaited yet."""
+
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    future: Any
+    """nats-py's future of the publish acknowledgement (None: sending failed at once)."""
 
 
 class Bus:
@@ -79,19 +93,54 @@ class Bus:
         ``msg_id`` becomes ``Nats-Msg-Id``: the same id within the duplicate window is
         stored once, so a retry after a lost ack is not a second task.
         """
+        payload, hdrs = await self._prepare(message, msg_id, headers)
+        return await self._store(subj, payload, hdrs, retry=msg_id is not None)
+
+    async def publish_soon(self, subj: str, message: Message, *, msg_id: str) -> Unsettled:
+        """Send to JetStream now, wait for the acknowledgement later (``settle``).
+
+        Messages sent this way on one connection are stored in the order they were sent;
+        whoever acknowledges work that depends on them settles them first.
+        """
+        payload, hdrs = await self._prepare(message, msg_id, None)
+        try:
+            future = await self.js.publish_async(subj, payload, headers=hdrs)
+        except TRANSIENT:
+            future = None  # settle() stores it the slow way
+        return Unsettled(subj, payload, hdrs, future)
+
+    async def settle(self, sent: Sequence[Unsettled]) -> None:
+        """Wait until every message sent with ``publish_soon`` is stored (re-sending any
+        whose acknowledgement failed: the message id makes that safe)."""
+        for item in sent:
+            try:
+                if item.future is None:
+                    raise TimeoutError
+                await item.future
+            except UNCONFIRMED as exc:
+                log.info("publish to %s unconfirmed (%s); storing it again", item.subject, exc)
+                await self._store(item.subject, item.payload, item.headers, retry=True)
+
+    async def _prepare(
+        self, message: Message, msg_id: str | None, headers: dict[str, str] | None
+    ) -> tuple[bytes, dict[str, str]]:
         hdrs = dict(headers or {})
         if msg_id is not None:
             hdrs["Nats-Msg-Id"] = msg_id
         payload = encode(message)
         if len(payload) > self.settings.max_message_bytes:
             payload = await self._offload(payload, message, msg_id)
+        return payload, hdrs
+
+    async def _store(self, subj: str, payload: bytes, hdrs: dict[str, str], *,
+                     retry: bool) -> int:
         delay, deadline = 0.05, anyio.current_time() + self.settings.publish_retry_for
         while True:
             try:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
                 return int(ack.seq)
             except TRANSIENT as exc:  # a leader election or a reconnect: try again
-                if msg_id is None or anyio.current_time() + delay > deadline:
+                if not retry or anyio.current_time() + delay > deadline:
                     raise
                 log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
                 await anyio.sleep(delay)

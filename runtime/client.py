@@ -57,17 +57,29 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
 
 
 async def follow(bus: Bus, run_id: str, *, until_end: bool = True) -> AsyncIterator[RunEvent]:
-    """A run's events from the first, in order, then live; stops after the last one."""
+    """A run's events from the first, in sequence order, then live; stops after the last.
+
+    Events are numbered 1, 2, 3 ...; around a failover one may be stored after its
+    successor (it was sent again), so early ones wait here until the gap is filled, and
+    a repeated number is skipped.
+    """
     decoder = decoder_for(RunEvent)
     sub = await bus.js.subscribe(
         bus.subject(Verb.EVENT, run_id), stream=stream_name(bus.prefix, Stream.EVENTS),
         ordered_consumer=True, deliver_policy=api.DeliverPolicy.ALL,
     )
+    expected, early = 1, dict[int, RunEvent]()
     try:
         async for msg in sub.messages:
             event = decoder.decode(await bus.resolve(msg.data))
-            yield event
-            if until_end and isinstance(event, TERMINAL_EVENTS):
-                return
+            if event.seq < expected:
+                continue
+            early[event.seq] = event
+            while expected in early:
+                event = early.pop(expected)
+                expected += 1
+                yield event
+                if until_end and isinstance(event, TERMINAL_EVENTS):
+                    return
     finally:
         await sub.unsubscribe()

@@ -9,7 +9,7 @@ import msgspec
 
 from protocols import Event, Verb
 
-from .bus import Bus
+from .bus import Bus, Unsettled
 
 
 class EventLog:
@@ -25,17 +25,23 @@ class EventLog:
         self.subject = bus.subject(Verb.EVENT, run_id)
         self.next_seq = next_seq
         self._lock = anyio.Lock()
+        self._unsettled: list[Unsettled] = []
 
     async def emit(self, event: Event) -> Event:
-        """Stamp the event with the next sequence number and the time, and store it.
+        """Stamp the event with the next sequence number and the time, and send it.
 
-        Emits are serialized: numbers are handed out in the order events are stored, and
-        a number is used only once its event is stored (no gaps if a publish fails).
+        Subscribers see it at once; its storage is confirmed by ``flush`` (the planner
+        flushes before it saves state, so before it acknowledges what caused the event).
+        Emits are serialized, so numbers are stored in order.
         """
         async with self._lock:
             stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
-            await self.bus.publish_durable(
-                self.subject, stamped, msg_id=f"{self.run_id}/e{self.next_seq}"
-            )
+            self._unsettled.append(await self.bus.publish_soon(
+                self.subject, stamped, msg_id=f"{self.run_id}/e{self.next_seq}"))
             self.next_seq += 1
         return stamped
+
+    async def flush(self) -> None:
+        """Wait until every event emitted so far is stored."""
+        sent, self._unsettled = self._unsettled, []
+        await self.bus.settle(sent)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from protocols import RunStarted, Stream, Verb, stream_name
+from protocols import RunFinished, RunStarted, Stream, Verb, stream_name
 from runtime.bus import Bus, open_bus
+from runtime.client import follow
 from runtime.events import EventLog
+from runtime.provision import provision
 from runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -24,6 +26,7 @@ async def test_sequential_emits_are_numbered_and_stored(nats_url: str, prefix: s
         log = EventLog(bus, "r1")
         seqs = [(await log.emit(RunStarted(run_id="r1", goal=f"g{i}"))).seq for i in range(5)]
         assert seqs == [1, 2, 3, 4, 5]
+        await log.flush()  # storage is confirmed here
         assert await stored(bus, prefix, "r1") == 5
         assert log.subject == bus.subject(Verb.EVENT, "r1")
 
@@ -40,4 +43,24 @@ async def test_concurrent_emits_each_get_their_own_number(nats_url: str, prefix:
             for i in range(5):
                 tg.start_soon(emit, i)
         assert sorted(e.seq for e in emitted) == [1, 2, 3, 4, 5]
+        await log.flush()
         assert await stored(bus, prefix, "r2") == 5
+
+
+async def test_settle_stores_again_what_went_unconfirmed(nats_url: str, prefix: str) -> None:
+    """A publish whose acknowledgement failed (here: no stream yet, as in a failover) is
+    stored by settle(), after its successor; follow() still yields them in order."""
+    settings = Settings(nats_url=nats_url, prefix=prefix, publish_retry_for=10)
+    async with open_bus(settings, ensure_streams=False) as bus:
+        log = EventLog(bus, "r3")
+        await log.emit(RunStarted(run_id="r3", goal="before the stream exists"))
+        await provision(bus.js, prefix)  # the stream appears only now
+        await log.emit(RunFinished(run_id="r3", answer="after"))
+        await log.flush()
+        assert await stored(bus, prefix, "r3") == 2
+        first_stored = await bus.js.get_msg(stream_name(prefix, Stream.EVENTS), 1)
+        assert first_stored.data is not None and b'"seq":2' in first_stored.data
+        with anyio.fail_after(10):
+            followed = [event async for event in follow(bus, "r3")]
+    assert [type(e) for e in followed] == [RunStarted, RunFinished]
+    assert [e.seq for e in followed] == [1, 2]
