@@ -1,0 +1,1 @@
+"""Reproducible performance suites for plancast: ``python -m benchmarks`` (see README.md)."""

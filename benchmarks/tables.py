@@ -1,0 +1,120 @@
+"""``results.md``: the results as Markdown tables, one section per suite."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+Column = tuple[str, str, int]
+"""(title, key in the row, digits)."""
+
+SHAPE_COLUMNS: list[Column] = [
+    ("shape", "shape", 0), ("steps", "steps", 0), ("makespan s", "makespan_s", 3),
+    ("bound s", "bound_s", 3), ("makespan ÷ bound", "makespan_over_bound", 3),
+    ("ideal bound s", "ideal_bound_s", 3), ("non-streaming s", "non_streaming_s", 3),
+    ("non-streaming ÷ streaming", "streaming_speedup", 2), ("ReAct s", "react_s", 3),
+    ("speedup vs ReAct", "speedup_vs_react", 2),
+    ("ready→start p50 ms", "ready_to_start_p50_ms", 1),
+    ("ready→start p99 ms", "ready_to_start_p99_ms", 1),
+]
+WORKLOAD_COLUMNS: list[Column] = [
+    ("workload", "workload", 0), ("steps", "steps", 0), ("reps", "reps", 0),
+    ("p50 wall s", "wall_s", 3), ("bound s", "bound_s", 3),
+    ("wall ÷ bound", "wall_over_bound", 2),
+    ("per-step overhead µs", "per_step_overhead_us", 0), ("steps/s", "steps_per_s", 0),
+]
+PLANCAST_COLUMNS: list[Column] = [
+    *WORKLOAD_COLUMNS, ("run fixed cost ms", "fixed_ms", 1),
+    ("per-step in DAG µs", "per_step_in_dag_us", 0),
+]
+PROFILE_COLUMNS: list[Column] = [
+    ("workload", "workload", 0), ("steps", "steps", 0), ("wall s", "wall_s", 3),
+    ("wall µs/step", "wall_per_step_us", 0), ("process CPU s", "cpu_s", 3),
+    ("CPU µs/step", "cpu_per_step_us", 0), ("profile", "file", 0),
+]
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A table cell: numbers rounded, missing values as an em dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(columns: Sequence[Column], rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(k), d) for _, k, d in columns) + " |")
+    return "\n".join(lines)
+
+
+def _head(r: dict[str, Any]) -> list[str]:
+    m = r["machine"]
+    return [
+        "# plancast benchmarks", "",
+        f"- date: {r['date']}; plancast {r['plancast_version']}; seed {r['seed']}",
+        f"- machine: {m['cores']} cores, {m['implementation']} {m['python']}, "
+        f"{m['nats_server']}, {m['platform']}",
+        f"- command: `{r['command']}` ({fmt(r.get('duration_s'), 0)} s)",
+        "- see benchmarks/README.md for what every number means", "",
+    ]
+
+
+def _shapes(s: dict[str, Any]) -> list[str]:
+    return [
+        f"## DAG shapes (scripted latencies x {s['time_scale']:g}, p50 of {s['reps']})", "",
+        table(SHAPE_COLUMNS, s["rows"]), "",
+        "bound = max over steps of (StepPlanned - RunStarted + longest tool path from the "
+        "step), not before PlanFinished, + the joiner's scripted latency. ideal bound: the "
+        "same with the scripted emission times (no runtime cost at all).", "",
+    ]
+
+
+def _overhead(o: dict[str, Any]) -> list[str]:
+    return [
+        "## Runtime overhead (no-op `echo` steps, executors in a separate worker process)", "",
+        table(PLANCAST_COLUMNS, o["rows"]), "",
+        "per-step overhead = (p50 wall - tool critical path - scripted model time, here 0) "
+        "÷ steps; the scripted model answers at once. run fixed cost = RunStarted → first "
+        "StepPlanned plus last StepFinished → RunFinished (planner and joiner calls, "
+        "events); per-step in DAG = (first StepPlanned → last StepFinished - tool critical "
+        "path) ÷ steps.", "",
+    ]
+
+
+def _peers(p: dict[str, Any]) -> list[str]:
+    lines = ["## Peers (same workloads; peers in-process, plancast over NATS)", ""]
+    for name, why in p.get("unavailable", {}).items():
+        lines += [f"- {name}: not run ({why})"]
+    names = list(p.get("peers", {}))
+    for name, peer in p.get("peers", {}).items():
+        lines += [f"### {name} {peer['version']}", "", table(WORKLOAD_COLUMNS, peer["rows"]), ""]
+    lines += ["### plancast", "", table(PLANCAST_COLUMNS, p["plancast_rows"]), ""]
+    columns: list[Column] = [("workload", "workload", 0), ("plancast s", "plancast_s", 3)]
+    for name in names:
+        columns += [(f"{name} s", f"{name}_s", 3),
+                    (f"plancast ÷ {name}", f"plancast_over_{name}", 1)]
+    lines += ["### plancast ÷ peer (p50 wall time)", "", table(columns, p["comparison"]), ""]
+    return lines
+
+
+def _profile(p: dict[str, Any]) -> list[str]:
+    return [f"## Profile ({', '.join(p['profilers'])}; all roles in one process)", "",
+            table(PROFILE_COLUMNS, p["rows"]), "",
+            "wall and CPU are from a run without a profiler; the profiles are of further "
+            "runs of the same workload.", ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole ``results.md``."""
+    suites = results["suites"]
+    lines = _head(results)
+    for name, render in (("shapes", _shapes), ("overhead", _overhead), ("peers", _peers),
+                         ("profile", _profile)):
+        if name in suites:
+            lines += render(suites[name])
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""The benchmark command runs end to end on a tiny size and writes well-formed results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.config import BenchConfig
+from benchmarks.dag import Dag, Node
+from benchmarks.shapes import all_shapes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--no-peers", "--quiet",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {"date", "plancast_version", "machine", "seed", "config", "suites",
+            "duration_s"} <= results.keys()
+    assert {"cores", "python", "nats_server"} <= results["machine"].keys()
+    assert set(results["suites"]) == {"shapes", "overhead", "profile"}
+    for row in results["suites"]["shapes"]["rows"]:
+        assert {"shape", "makespan_s", "bound_s", "makespan_over_bound", "non_streaming_s",
+                "react_s", "speedup_vs_react", "ready_to_start_p50_ms",
+                "ready_to_start_p99_ms"} <= row.keys()
+        assert row["makespan_s"] > 0 and row["bound_s"] > 0
+    for row in results["suites"]["overhead"]["rows"]:
+        assert {"workload", "steps", "wall_s", "per_step_overhead_us", "steps_per_s"} <= row.keys()
+    for row in results["suites"]["profile"]["rows"]:
+        assert (tmp_path / row["file"]).read_text().startswith("# profile of")
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## DAG shapes" in markdown and "## Runtime overhead" in markdown
+
+
+def test_bound_is_planned_time_plus_longest_path() -> None:
+    dag = Dag("t", (Node(1, "search", (), 1.0), Node(2, "search", (), 3.0),
+                    Node(3, "math", (1, 2), 0.5)))
+    assert dag.critical_path() == 3.5
+    assert dag.bound({1: 0.0, 2: 0.0, 3: 0.0}) == 3.5
+    assert dag.bound({1: 0.0, 2: 1.0, 3: 2.0}) == 4.5  # step 2 planned late
+    assert dag.bound({1: 0.0, 2: 0.0, 3: 9.0}, plan_end=9.0) == 9.5
+
+
+def test_tool_times_are_drawn_up_front_and_reproducible() -> None:
+    first, again = all_shapes(BenchConfig(seed=7)), all_shapes(BenchConfig(seed=7))
+    assert first == again
+    assert all_shapes(BenchConfig(seed=8)) != first
