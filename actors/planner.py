@@ -45,8 +45,8 @@ from runtime.delivery import Delivery
 from runtime.kv import current_values
 from runtime.role import RoleActor, RoleContext
 
-from .run import LostRun, Run
-from .run_state import RunState, restore
+from .run import Run
+from .run_state import LostRun, RunState, restore
 
 log = logging.getLogger(__name__)
 

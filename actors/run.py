@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import msgspec
-from nats.js.errors import KeyWrongLastSequenceError
 
 from protocols import (
     CriticVerdict,
@@ -28,7 +27,6 @@ from protocols import (
     ReviewTask,
     RunFailed,
     RunFinished,
-    RunRecord,
     RunStarted,
     Step,
     StepClaimed,
@@ -36,7 +34,6 @@ from protocols import (
     StepFailed,
     StepFinished,
     StepPlanned,
-    StepRecord,
     StepResult,
     StepStarted,
     StepTask,
@@ -46,18 +43,14 @@ from protocols import (
     UsageRecorded,
     Verb,
     Verdict,
-    decode,
-    encode,
-    run_key,
-    step_key,
 )
-from runtime.bus import TRANSIENT, Unsettled
+from runtime.bus import Unsettled
 from runtime.errors import ModelError, PlanValidationError, StepStateError
 from runtime.events import EventLog
 from runtime.scheduler import StepState
 
 from . import prompts, run_state
-from .run_state import RunState, StepMeta, accepted_in_round
+from .run_state import LostRun, RunState, StepMeta, accepted_in_round
 
 if TYPE_CHECKING:
     from .planner import Planner
@@ -77,10 +70,6 @@ class RunFailure(Exception):
     def __init__(self, stage: Stage, reason: str) -> None:
         super().__init__(reason)
         self.stage = stage
-
-
-class LostRun(Exception):
-    """Another planner took the run over (our compare-and-set failed): stop driving it."""
 
 
 class Run:
@@ -103,7 +92,8 @@ class Run:
         self.plan_closed = record.plan_closed
         self.synthesis_round = record.synthesis_round
         self.round_reason = record.round_reason
-        self._revision = revision
+        self.store = run_state.RunStore(planner.kv, self.run_id, revision,
+                                        retry_for=self.bus.settings.publish_retry_for)
         self._touched: set[int] = set(self.meta)  # steps whose records need writing
         self._unsettled: list[Unsettled] = []  # tasks sent, storage not yet confirmed
         self._saved = self._version = 0
@@ -115,10 +105,6 @@ class Run:
         self._decided = anyio.Event()
         self.scope = anyio.CancelScope()
         """Cancelled when the run is lost to another planner."""
-
-    @property
-    def key(self) -> str:
-        return run_key(self.run_id)
 
     # -- the run, top to bottom ----------------------------------------------------------
 
@@ -479,10 +465,7 @@ class Run:
                 usage=self.usage, owner=self.planner.owner_id,
                 lease_until=time.time() + self.planner.lease, round_reason=self.round_reason)
             try:
-                async with anyio.create_task_group() as tg:
-                    for record in records:
-                        tg.start_soon(self._put_step, record)
-                self._revision = await self._write(head)
+                await self.store.write(head, records)
             except BaseException:
                 self._touched |= touched  # written again next time
                 raise
@@ -490,36 +473,6 @@ class Run:
 
     def _step_or_none(self, step_id: int) -> Step | None:
         return self.scheduler.step(step_id) if self._state_of(step_id) is not None else None
-
-    async def _put_step(self, record: StepRecord) -> None:
-        await self._retrying(lambda: self.planner.kv.put(
-            step_key(self.run_id, record.step.id), encode(record)))
-
-    async def _write(self, record: RunRecord) -> int:
-        """Compare-and-set the header; a retried write that landed is not a loss."""
-        try:
-            revision: int = await self._retrying(lambda: self.planner.kv.update(
-                self.key, encode(record), last=self._revision))
-            return revision
-        except KeyWrongLastSequenceError as exc:
-            entry = await self.planner.kv.get(self.key)
-            stored = decode(entry.value, RunRecord)
-            if stored.owner == record.owner and stored.updated_at == record.updated_at:
-                return int(entry.revision)  # our earlier try landed; its ack was lost
-            raise LostRun(self.run_id) from exc
-
-    async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
-        """Retry a KV write through a failover (leader elections, reconnects)."""
-        delay, deadline = 0.05, time.monotonic() + self.bus.settings.publish_retry_for
-        while True:
-            try:
-                return await write()
-            except TRANSIENT as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.info("run %s: saving state failed (%s); retrying", self.run_id, exc)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
 
 
 async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]:

@@ -7,12 +7,30 @@ the last one stopped.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from protocols import ObjectRef, RunRecord, Step, StepRecord, Usage
+import anyio
+from nats.js.errors import KeyWrongLastSequenceError
+
+from protocols import (
+    ObjectRef,
+    RunRecord,
+    Step,
+    StepRecord,
+    Usage,
+    decode,
+    encode,
+    run_key,
+    step_key,
+)
+from runtime.bus import TRANSIENT
 from runtime.scheduler import Scheduler, StepState
+
+log = logging.getLogger(__name__)
 
 INLINE = 2048
 """Outputs longer than this are kept in the object store; the record holds a reference."""
@@ -99,3 +117,48 @@ def header(
 def accepted_in_round(scheduler: Scheduler, meta: dict[int, StepMeta]) -> list[Step]:
     """The current round's steps so far (a resumed planner continues the plan after them)."""
     return [s for s in scheduler.steps if meta[s.id].round == scheduler.round]
+
+
+class LostRun(Exception):
+    """Another planner took the run over (our compare-and-set failed): stop driving it."""
+
+
+class RunStore:
+    """Writes one run's records: step records as they are, the header with compare-and-set."""
+
+    def __init__(self, kv: Any, run_id: str, revision: int, *, retry_for: float) -> None:
+        self.kv = kv
+        self.run_id = run_id
+        self.revision = revision
+        """The header's revision as we last wrote or read it."""
+        self.retry_for = retry_for
+
+    async def write(self, head: RunRecord, steps: list[StepRecord]) -> None:
+        """Store the step records (concurrently), then the header; ``LostRun`` if another
+        planner wrote the header since our last write."""
+        async with anyio.create_task_group() as tg:
+            for record in steps:
+                tg.start_soon(self._retrying, lambda r=record: self.kv.put(
+                    step_key(self.run_id, r.step.id), encode(r)))
+        try:
+            self.revision = await self._retrying(lambda: self.kv.update(
+                run_key(self.run_id), encode(head), last=self.revision))
+        except KeyWrongLastSequenceError as exc:
+            entry = await self.kv.get(run_key(self.run_id))
+            stored = decode(entry.value, RunRecord)
+            if stored.owner != head.owner or stored.updated_at != head.updated_at:
+                raise LostRun(self.run_id) from exc
+            self.revision = int(entry.revision)  # our earlier try landed; its ack was lost
+
+    async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
+        """Retry a KV write through a failover (leader elections, reconnects)."""
+        delay, deadline = 0.05, time.monotonic() + self.retry_for
+        while True:
+            try:
+                return await write()
+            except TRANSIENT as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.info("run %s: saving state failed (%s); retrying", self.run_id, exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)

@@ -98,9 +98,6 @@ class TeamConfig(BaseModel):
                 )
         return self
 
-    def of_kind(self, kind: str) -> list[RoleConfig]:
-        return [r for r in self.roles.values() if r.kind == kind]
-
     def executors(self) -> list[RoleConfig]:
         """The roles a plan may assign steps to."""
         return [r for r in self.roles.values() if r.kind not in MODEL_KINDS | SERVICE_KINDS]
