@@ -37,7 +37,7 @@ from protocols import (
     validate_token,
 )
 
-from .bus import Bus
+from .bus import Bus, offloaded
 from .delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -306,7 +306,7 @@ class Actor:
             message: Message = decoder.decode(delivery.data)
             return message
         except msgspec.ValidationError as exc:
-            if _tag_of(delivery.data) == "type 'message.offloaded'":
+            if offloaded(delivery.data) is not None:
                 return await self._decode_offloaded(delivery, decoder)
             return f"invalid message ({_tag_of(delivery.data)}): {exc}"
         except msgspec.DecodeError as exc:

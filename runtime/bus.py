@@ -32,6 +32,15 @@ log = logging.getLogger(__name__)
 _nuid = NUID()
 
 
+def offloaded(data: bytes) -> Offloaded | None:
+    """The envelope ``data`` is, if it stands in for a message sent by reference."""
+    try:
+        envelope: Offloaded = decode(data, Offloaded)
+    except msgspec.MsgspecError:
+        return None
+    return envelope
+
+
 def nuid() -> str:
     """A unique name for an offloaded message without an id of its own."""
     return _nuid.next().decode()
@@ -171,11 +180,8 @@ class Bus:
 
     async def resolve(self, data: bytes) -> bytes:
         """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope."""
-        try:
-            envelope = decode(data, Offloaded)
-        except msgspec.MsgspecError:
-            return data
-        return await self.get_object(envelope.ref)
+        envelope = offloaded(data)
+        return data if envelope is None else await self.get_object(envelope.ref)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0

@@ -33,12 +33,12 @@ async def serve_actors(
     drain timeout), hand the rest back to JetStream, then return.
     """
     stop = stop or anyio.Event()
-    settings = actors[0].settings if actors else None
+    settings = actors[0].settings if actors else Settings()
     supervisor = Supervisor(
         [ChildSpec(f"{a.name}/{a.instance}", a.serve, Restart.TRANSIENT) for a in actors],
         strategy=Strategy.ONE_FOR_ONE,
-        max_restarts=settings.max_restarts if settings else 3,
-        period=settings.restart_period if settings else 5.0,
+        max_restarts=settings.max_restarts,
+        period=settings.restart_period,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervisor.run)

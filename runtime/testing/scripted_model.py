@@ -1,4 +1,4 @@
-"""The scripted OpenAI-compatible model server, importable and runnable on its own.
+"""The scripted OpenAI-compatible model server as a command (the API is ``runtime.testing``).
 
     python -m runtime.testing.scripted_model scenario.toml --port 8000
 
@@ -16,30 +16,10 @@ from collections.abc import Sequence
 import anyio
 
 from ..errors import ScenarioError
-from ._scenario import Latency as Latency
-from ._scenario import Rule as Rule
-from ._scenario import Scenario as Scenario
-from ._scenario import ScriptedToolCall as ScriptedToolCall
-from ._scenario import load_scenario as load_scenario
-from ._scenario import parse_scenario as parse_scenario
-from ._server import FINGERPRINT as FINGERPRINT
-from ._server import RecordedRequest as RecordedRequest
-from ._server import ScriptedModelServer as ScriptedModelServer
-from ._server import open_scripted_model_server as open_scripted_model_server
+from ._scenario import Scenario, load_scenario
+from ._server import open_scripted_model_server
 
-__all__ = [
-    "FINGERPRINT",
-    "Latency",
-    "RecordedRequest",
-    "Rule",
-    "Scenario",
-    "ScriptedModelServer",
-    "ScriptedToolCall",
-    "load_scenario",
-    "main",
-    "open_scripted_model_server",
-    "parse_scenario",
-]
+__all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
