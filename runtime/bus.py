@@ -53,6 +53,8 @@ TRANSIENT: tuple[type[Exception], ...] = (
 )
 """Publish failures that pass on their own (during failover); retried when idempotent."""
 UNCONFIRMED: tuple[type[Exception], ...] = (*TRANSIENT, APIError)
+ACK_WAIT = 5.0
+"""Seconds to wait for an asynchronous publish's acknowledgement before storing it again."""
 """Why an asynchronous publish may go unconfirmed: then it is stored again."""
 
 
@@ -125,7 +127,9 @@ class Bus:
             try:
                 if item.future is None:
                     raise TimeoutError
-                await item.future
+                # An acknowledgement lost with a dying server never arrives: bounded wait.
+                with anyio.fail_after(ACK_WAIT):
+                    await item.future
             except UNCONFIRMED as exc:
                 log.info("publish to %s unconfirmed (%s); storing it again", item.subject, exc)
                 await self._store(item.subject, item.payload, item.headers, retry=True)

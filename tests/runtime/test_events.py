@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import pytest
 
-from protocols import RunFinished, RunStarted, Stream, Verb, stream_name
-from runtime.bus import Bus, open_bus
+import runtime.bus as bus_module
+from protocols import RunFinished, RunStarted, Stream, Verb, encode, stream_name
+from runtime.bus import Bus, Unsettled, open_bus
 from runtime.client import follow
 from runtime.events import EventLog
 from runtime.provision import provision
@@ -64,3 +67,18 @@ async def test_settle_stores_again_what_went_unconfirmed(nats_url: str, prefix: 
             followed = [event async for event in follow(bus, "r3")]
     assert [type(e) for e in followed] == [RunStarted, RunFinished]
     assert [e.seq for e in followed] == [1, 2]
+
+
+async def test_settle_does_not_wait_forever_for_a_lost_acknowledgement(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that dies after a publish went out never acknowledges it: settle() gives
+    up waiting and stores the message again (once, under its message id)."""
+    monkeypatch.setattr(bus_module, "ACK_WAIT", 0.2)
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        payload = encode(RunStarted(run_id="r4", goal="lost ack"))
+        lost = Unsettled(f"{prefix}.event.r4", payload, {"Nats-Msg-Id": "r4/e1"}, never)
+        with anyio.fail_after(10):
+            await bus.settle([lost])
+        assert await stored(bus, prefix, "r4") == 1
