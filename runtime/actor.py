@@ -9,6 +9,7 @@ a silent drop), keep long work alive with in-progress acks, beat a heartbeat, an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -182,6 +183,10 @@ class Actor:
                 work.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await self._beat()
+                with contextlib.suppress(Exception):
+                    # Acks are fire-and-forget: get them to the server before we return
+                    # (a process exiting now would otherwise leave done work to redeliver).
+                    await self.bus.nc.flush(timeout=5)
             outer.cancel_scope.cancel()
 
     def drain(self) -> None:

@@ -183,8 +183,15 @@ async def test_drain_finishes_work_in_hand(nats_url: str, prefix: str) -> None:
             actor.drain()
         # serve() returned only after the slow task finished and was acked
         assert [r.output for r in await results.wait_for(1)] == ["sleep:0.5"]
+        # The ack reached the server before serve() returned; the server applies it
+        # asynchronously, so look until it shows (bounded).
+        with anyio.move_on_after(5):
+            while (await bus.js.consumer_info(  # noqa: ASYNC110 - server state, no event
+                    stream_name(prefix, Stream.WORK), "step-echo")).num_ack_pending:
+                await anyio.sleep(0.05)
         info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
         assert info.num_ack_pending == 0 and info.num_pending == 0
+        assert info.num_redelivered == 0
 
 
 async def test_drain_timeout_hands_unfinished_work_back(nats_url: str, prefix: str) -> None:
