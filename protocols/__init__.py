@@ -10,6 +10,7 @@ from .codec import encode as encode
 from .events import TERMINAL_EVENTS as TERMINAL_EVENTS
 from .events import CriticVerdict as CriticVerdict
 from .events import Event as Event
+from .events import OutcomeRefused as OutcomeRefused
 from .events import PlanFinished as PlanFinished
 from .events import PlanRejected as PlanRejected
 from .events import PlanStarted as PlanStarted
@@ -17,6 +18,7 @@ from .events import ReplanStarted as ReplanStarted
 from .events import RunEvent as RunEvent
 from .events import RunFailed as RunFailed
 from .events import RunFinished as RunFinished
+from .events import RunResumed as RunResumed
 from .events import RunStarted as RunStarted
 from .events import StepDispatched as StepDispatched
 from .events import StepFailed as StepFailed
@@ -24,6 +26,7 @@ from .events import StepFinished as StepFinished
 from .events import StepPlanned as StepPlanned
 from .events import StepStarted as StepStarted
 from .events import UsageRecorded as UsageRecorded
+from .events import WorkFailed as WorkFailed
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
 from .messages import Offloaded as Offloaded
@@ -39,11 +42,13 @@ from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision
 from .messages import SynthesisTask as SynthesisTask
 from .messages import Verdict as Verdict
+from .messages import WorkError as WorkError
 from .plan import Plan as Plan
 from .plan import Step as Step
 from .plan import StepId as StepId
 from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES
 from .schema import json_schema as json_schema
+from .state import RunOwner as RunOwner
 from .state import RunRecord as RunRecord
 from .state import StepRecord as StepRecord
 from .state import run_key as run_key

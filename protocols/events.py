@@ -73,6 +73,8 @@ class StepStarted(Event, frozen=True, kw_only=True, tag="event.step.started"):
     attempt: int
     executor: str
     """The instance running it."""
+    delivery: int = 0
+    """The task's JetStream delivery count (above 1: a redelivery after a silent executor)."""
 
 
 class StepFinished(Event, frozen=True, kw_only=True, tag="event.step.finished"):
@@ -91,6 +93,10 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     error: str
     will_retry: bool
     """True if another attempt follows; False if the step is given up."""
+    cause: str = ""
+    """Why, as a word: ``error`` (the executor reported it), ``timeout`` (start-to-close),
+    ``heartbeat`` (its executor went silent), ``unserved`` (no live executor of its role),
+    ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out)."""
 
 
 class CriticVerdict(Event, frozen=True, kw_only=True, tag="event.critic.verdict"):
@@ -115,6 +121,42 @@ class ReplanStarted(Event, frozen=True, kw_only=True, tag="event.replan"):
     source: str
 
 
+class RunResumed(Event, frozen=True, kw_only=True, tag="event.run.resumed"):
+    """Another planner took the run over (its planner stopped renewing its lease)."""
+
+    planner: str
+    """The planner instance that now owns the run."""
+    previous: str = ""
+    """The planner that owned it before."""
+
+
+class WorkFailed(Event, frozen=True, kw_only=True, tag="event.work.failed"):
+    """An actor failed to handle one of the run's tasks (model error, crash)."""
+
+    work: str
+    """``step``, ``review`` or ``synthesis``."""
+    step_id: StepId | None = None
+    attempt: int = 0
+    actor: str
+    """The actor that failed (``role/instance``)."""
+    error: str
+    will_retry: bool
+    """True if the task is delivered again; False if it was given up."""
+
+
+class OutcomeRefused(Event, frozen=True, kw_only=True, tag="event.outcome.refused"):
+    """A result, verdict or decision arrived that cannot count; it was dropped for this reason."""
+
+    kind: str
+    """The refused message's type tag (``step.result``, ``review.verdict`` ...)."""
+    step_id: StepId | None = None
+    attempt: int = 0
+    sender: str = ""
+    """Who sent it (``role/instance``), when the message says."""
+    reason: str
+    """Why it does not count (stale attempt, not the claimant, the round is over ...)."""
+
+
 class RunFinished(Event, frozen=True, kw_only=True, tag="event.run.finished"):
     answer: str
     usage: Usage = Usage()
@@ -126,6 +168,10 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     """Why the run cannot finish, and what to change."""
     stage: Literal["plan", "execute", "synthesize", "runtime"] = "runtime"
     usage: Usage = Usage()
+    cause: str = ""
+    """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
+    ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
+    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``crash``."""
 
 
 RunEvent = (
@@ -141,6 +187,9 @@ RunEvent = (
     | CriticVerdict
     | UsageRecorded
     | ReplanStarted
+    | RunResumed
+    | WorkFailed
+    | OutcomeRefused
     | RunFinished
     | RunFailed
 )

@@ -28,6 +28,9 @@ class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     """Replan rounds allowed after the first plan."""
     max_steps: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 64
     """Most steps one plan may have."""
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=30 * 86_400)] | None = None
+    """Seconds the whole run may take before it fails; None uses the team's ``[timeouts] run``
+    (none by default)."""
 
 
 class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):
@@ -58,7 +61,10 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     attempt: int = 1
     """1 for the first try; a result for an older attempt is stale and ignored."""
     deadline: float = 0.0
-    """Unix time after which the result is no longer wanted (0 = none)."""
+    """Unix time after which the result is no longer wanted (0 = none): the run's deadline."""
+    timeout: float = 0.0
+    """Seconds the executor may spend on this attempt once started (0 = no limit); the planner
+    fails the attempt soon after, whether or not the executor answers."""
     inputs: dict[int, str] = {}
     """Outputs of the steps this one depends on, by step id (``$N`` already substituted)."""
     input_refs: dict[int, ObjectRef] = {}
@@ -108,7 +114,9 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     finished_at: float = 0.0
     """Unix time the executor finished the step."""
     executor: str = ""
-    """The instance that ran it (``role/instance``)."""
+    """The instance that ran it (``role/instance``); it must have claimed this attempt."""
+    delivery: int = 0
+    """The JetStream delivery count of the task this result answers (as in its claim)."""
 
 
 class ReviewTask(Message, frozen=True, kw_only=True, tag="review.task"):
@@ -190,6 +198,33 @@ class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
     """Who asks: ``supervisor``, ``critic``, ``executor`` or a client."""
     failed_step: StepId | None = None
     """The step that could not be completed, if any."""
+    work: Literal["", "step", "review", "synthesis"] = ""
+    """Which work could not be done (``""``: none in particular, just replan)."""
+
+
+class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
+    """An actor failed to handle one of a run's tasks (a model error, a crash).
+
+    Sent on ``<prefix>.result.<run_id>`` so the planner records it as a ``work.failed``
+    event; the task itself is retried (``will_retry``) or dead-lettered.
+    """
+
+    run_id: RunId
+    """The run."""
+    work: Literal["step", "review", "synthesis"]
+    """The kind of task."""
+    step_id: StepId | None = None
+    """The step, for step and review tasks."""
+    attempt: int = 0
+    """The step's attempt, for step and review tasks."""
+    actor: str
+    """The actor that failed (``role/instance``)."""
+    delivery: int = 1
+    """The task's JetStream delivery count."""
+    error: str
+    """What went wrong, in one line."""
+    will_retry: bool
+    """True if the task will be delivered again; False if it was given up (dead-lettered)."""
 
 
 class Heartbeat(Message, frozen=True, kw_only=True, tag="actor.heartbeat"):

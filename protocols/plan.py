@@ -37,6 +37,9 @@ class Step(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fals
     """What a correct output looks like, for the executor and the critic."""
     title: str = ""
     """A short label for progress views."""
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
+    """Seconds one attempt may run once started (start-to-close); None uses the role's
+    ``step_timeout`` or the team's ``[timeouts] step``."""
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,9 +23,10 @@ from .messages import (
     SynthesisDecision,
     SynthesisTask,
     Verdict,
+    WorkError,
 )
 from .plan import Plan, Step
-from .state import RunRecord, StepRecord
+from .state import RunOwner, RunRecord, StepRecord
 
 PUBLIC_MESSAGES: tuple[Any, ...] = (
     RunRequest,
@@ -39,11 +40,13 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     SynthesisTask,
     SynthesisDecision,
     ReplanRequest,
+    WorkError,
     Heartbeat,
     ActorError,
     Offloaded,
     RunRecord,
     StepRecord,
+    RunOwner,
     *RunEvent.__args__,
 )
 """Every message type that crosses the bus."""

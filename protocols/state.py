@@ -62,6 +62,17 @@ class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
     """The critic's last critique, sent with the next attempt."""
     usage: Usage = Usage()
     """Model usage spent on the step (executor and critic), all attempts."""
+    claimants: list[str] = []
+    """Every ``executor#delivery`` that claimed the current attempt; a result counts only
+    from one of them."""
+    dispatched_at: float = 0.0
+    """Unix time the current attempt was dispatched (its timers start here)."""
+    claimed_at: float = 0.0
+    """Unix time of the current attempt's latest claim (start-to-close counts from here)."""
+    task_seq: int = 0
+    """The current attempt's task in the work stream (deleted when the attempt is given up)."""
+    task_id: str = ""
+    """The ``Nats-Msg-Id`` the current attempt's task was published with."""
 
 
 class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
@@ -99,3 +110,24 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     """Unix time the run was accepted."""
     updated_at: float = 0.0
     """Unix time of this record."""
+    deadline: float = 0.0
+    """Unix time the run fails if it has not ended (0: no deadline)."""
+    fence: int = 0
+    """Stream sequence of the owner's ``run.owner`` fence message; every event it publishes
+    expects it to be the last one, so a planner that lost the run cannot add events."""
+
+
+class RunOwner(Message, frozen=True, kw_only=True, tag="run.owner"):
+    """A planner took a run on (``<prefix>.fence.<run_id>``, in the events stream).
+
+    Each event the owner publishes carries ``Nats-Expected-Last-Subject-Sequence`` = this
+    message's sequence, with ``Nats-Expected-Last-Subject-Sequence-Subject`` = this subject:
+    once another planner takes the run over, the server refuses the old owner's events.
+    """
+
+    run_id: RunId
+    """The run."""
+    owner: str
+    """The planner instance (``role/instance``)."""
+    ts: float
+    """Unix time it took the run on."""

@@ -38,6 +38,8 @@ class Verb(enum.Enum):
     """``dead.<kind>``: raw payloads no actor could handle, kept for inspection."""
     HEARTBEAT = ("heartbeat", 2)
     """``heartbeat.<role>.<instance>``: liveness (core NATS)."""
+    FENCE = ("fence", 1)
+    """``fence.<run_id>``: who owns a run; its events are fenced on it (events stream)."""
 
     def __init__(self, word: str, arity: int) -> None:
         self.word = word
@@ -90,8 +92,8 @@ class Stream(enum.Enum):
     """Tasks for executors, the critic and the synthesizer (work-queue retention)."""
     RESULTS = ("RESULTS", (Verb.RESULT,))
     """Outcomes travelling back to the planner (work-queue retention)."""
-    EVENTS = ("EVENTS", (Verb.EVENT, Verb.ERROR))
-    """Progress events and error reports (limits retention: replayable)."""
+    EVENTS = ("EVENTS", (Verb.EVENT, Verb.ERROR, Verb.FENCE))
+    """Progress events, error reports and run ownership fences (limits retention: replayable)."""
     DEAD = ("DEAD", (Verb.DEAD,))
     """Dead letters (limits retention: kept for inspection)."""
 

@@ -41,7 +41,11 @@ def _for(info: mi.Type) -> st.SearchStrategy[Any]:
         hi = info.le if info.le is not None else 2**31
         return st.integers(lo, hi)
     if isinstance(info, mi.FloatType):
-        return st.floats(allow_nan=False, allow_infinity=False)
+        return st.floats(
+            min_value=info.gt if info.gt is not None else info.ge,
+            max_value=info.lt if info.lt is not None else info.le,
+            exclude_min=info.gt is not None, exclude_max=info.lt is not None,
+            allow_nan=False, allow_infinity=False)
     if isinstance(info, mi.BoolType):
         return st.booleans()
     if isinstance(info, mi.NoneType):
