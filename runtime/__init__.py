@@ -5,9 +5,9 @@ from .actor import Subscription as Subscription
 from .actor import WorkQueue as WorkQueue
 from .actor import on as on
 from .bus import Bus as Bus
-from .bus import open_bus as open_bus
 from .client import follow as follow
 from .client import submit as submit
+from .connection import open_bus as open_bus
 from .delivery import Delivery as Delivery
 from .embedded import NatsServerProcess as NatsServerProcess
 from .embedded import open_embedded_server as open_embedded_server

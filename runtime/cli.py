@@ -21,8 +21,9 @@ from rich.table import Table
 
 from protocols import RunFinished, RunRequest, encode, json_schema
 
-from .bus import Bus, open_bus
+from .bus import Bus
 from .client import follow, submit
+from .connection import open_bus
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
 from .errors import PlancastError
 from .process import open_deployment, serve_actors

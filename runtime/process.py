@@ -11,7 +11,8 @@ from functools import partial
 import anyio
 
 from .actor import Actor
-from .bus import Bus, open_bus
+from .bus import Bus
+from .connection import open_bus
 from .role import build_team_actors
 from .settings import Settings
 from .supervisor import ChildSpec, Restart, Strategy, Supervisor

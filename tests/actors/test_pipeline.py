@@ -34,8 +34,8 @@ from protocols import (
     Verb,
     stream_name,
 )
-from runtime.bus import open_bus
 from runtime.client import follow, submit
+from runtime.connection import open_bus
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.testing import Latency, Rule, Scenario, open_scripted_model_server

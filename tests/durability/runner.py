@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from runtime.bus import open_bus
+from runtime.connection import open_bus
 from runtime.process import serve_actors
 from runtime.role import build_team_actors
 from runtime.settings import Settings

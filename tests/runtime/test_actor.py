@@ -24,7 +24,8 @@ from protocols import (
     stream_name,
     subject,
 )
-from runtime.bus import Bus, open_bus
+from runtime.bus import Bus
+from runtime.connection import open_bus
 from runtime.settings import Settings
 
 from .echo_actor import EchoActor

@@ -9,8 +9,9 @@ import pytest
 
 import runtime.bus as bus_module
 from protocols import RunFinished, RunStarted, Stream, Verb, encode, stream_name
-from runtime.bus import Bus, Unsettled, open_bus
+from runtime.bus import Bus, Unsettled
 from runtime.client import follow
+from runtime.connection import open_bus
 from runtime.events import EventLog
 from runtime.provision import provision
 from runtime.settings import Settings

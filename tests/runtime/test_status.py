@@ -23,7 +23,8 @@ from rich.console import Console
 from protocols import RunRecord, RunRequest, Step, StepRecord, Verb, encode, runs_bucket
 from protocols.state import StepStatus
 from runtime.actor import Actor, Source, Subscription, on
-from runtime.bus import Bus, open_bus
+from runtime.bus import Bus
+from runtime.connection import open_bus
 from runtime.delivery import Delivery
 from runtime.settings import Settings
 from runtime.status import DeploymentStatus, collect_runs, collect_status, render_status, run_status

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import pytest
 
 from runtime.actor import Actor, Source
-from runtime.bus import open_bus
+from runtime.connection import open_bus
 from runtime.settings import Settings
 from runtime.supervisor import (
     ChildExited,
