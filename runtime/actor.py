@@ -31,14 +31,18 @@ from protocols import (
     ActorError,
     Heartbeat,
     Message,
+    ReviewTask,
+    StepTask,
     Stream,
+    SynthesisTask,
     Verb,
+    WorkError,
     decoder_for,
     stream_name,
     validate_token,
 )
 
-from .bus import Bus, offloaded
+from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,8 @@ H = TypeVar("H", bound=Callable[..., Awaitable[None]])
 
 FETCH_WAIT = 1.0
 """Seconds one pull request waits for work before asking again (bounds drain latency)."""
+REBIND_AFTER = 5
+"""Consecutive failed fetches after which the consumer is bound afresh."""
 
 
 def on(*message_types: type[Message]) -> Callable[[H], H]:
@@ -80,6 +86,9 @@ class WorkQueue:
     accepts: tuple[type[Message], ...] = ()
     ack_wait: float | None = None
     """Seconds before unacknowledged work is redelivered; None uses the settings."""
+    max_deliver: int | None = None
+    """Deliveries before the message is dead-lettered; None uses the settings, -1 never
+    (for outcomes that must not be lost: a failing handler retries them with backoff)."""
 
 
 Source = Subscription | WorkQueue
@@ -232,41 +241,65 @@ class Actor:
         self, source: WorkQueue, decoder: Any, scope: anyio.CancelScope,
         task_status: TaskStatus[Any],
     ) -> None:
+        max_deliver = source.max_deliver or self.settings.max_deliver
         config = api.ConsumerConfig(
             durable_name=source.consumer,
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=source.ack_wait or self.settings.ack_wait,
-            max_deliver=self.settings.max_deliver,
+            max_deliver=max_deliver,
             filter_subject=source.subject,
         )
         self._ack_wait = min(self._ack_wait, config.ack_wait or self._ack_wait)
-        psub = await self.bus.js.pull_subscribe(
-            source.subject, durable=source.consumer,
-            stream=stream_name(self.bus.prefix, source.stream), config=config,
-        )
-        task_status.started(scope)
-        try:
-            while True:
-                # Wait for a free slot without holding it through the long poll (other
-                # sources of this actor need slots meanwhile), then ask for one task:
-                # nats-py's fetch(batch=N) returns on the first message but leaves the rest
-                # of the pull open on the server, and the next fetch would then hold a
-                # waiting task until that pull expires (up to FETCH_WAIT).
-                async with self._slots:
-                    pass
-                try:
-                    msgs = await psub.fetch(batch=1, timeout=FETCH_WAIT)
-                except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
-                    msgs = []
-                except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
-                    log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
-                    msgs = []
-                    await anyio.sleep(FETCH_WAIT)
-                for msg in msgs:
-                    await self._admit(Delivery(msg, durable=True), decoder)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await psub.unsubscribe()
+        started = False
+        while True:  # (re)bind the consumer: a failover may lose it or time its creation out
+            psub = await self._pull_subscribe(source, config)
+            if not started:
+                task_status.started(scope)
+                started = True
+            try:
+                await self._fetch_loop(psub, decoder, max_deliver)
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await psub.unsubscribe()
+
+    async def _pull_subscribe(self, source: WorkQueue, config: api.ConsumerConfig) -> Any:
+        """Bind to the durable consumer, retrying through leader elections and reconnects."""
+        delay = 0.1
+        while True:
+            try:
+                return await self.bus.js.pull_subscribe(
+                    source.subject, durable=source.consumer,
+                    stream=stream_name(self.bus.prefix, source.stream), config=config)
+            except (NatsError, TimeoutError) as exc:
+                log.warning("%s: binding consumer %s failed (%s); retrying in %.1fs",
+                            self.name, source.consumer, exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _fetch_loop(self, psub: Any, decoder: Any, max_deliver: int) -> None:
+        """Pull one task at a time while a slot is free; return to rebind the consumer
+        after errors that do not pass (a consumer lost in a failover)."""
+        failures = 0
+        while failures < REBIND_AFTER:
+            # Wait for a free slot without holding it through the long poll (other
+            # sources of this actor need slots meanwhile), then ask for one task:
+            # nats-py's fetch(batch=N) returns on the first message but leaves the rest
+            # of the pull open on the server, and the next fetch would then hold a
+            # waiting task until that pull expires (up to FETCH_WAIT).
+            async with self._slots:
+                pass
+            try:
+                msgs = await psub.fetch(batch=1, timeout=FETCH_WAIT)
+                failures = 0
+            except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
+                msgs, failures = [], 0
+            except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
+                failures += 1
+                log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
+                msgs = []
+                await anyio.sleep(FETCH_WAIT)
+            for msg in msgs:
+                await self._admit(Delivery(msg, durable=True, max_deliver=max_deliver), decoder)
 
     async def _admit(self, delivery: Delivery, decoder: Any) -> None:
         """Wait for a free slot, then handle the message in its own task."""
@@ -289,7 +322,7 @@ class Actor:
             try:
                 await handler(message, delivery)
             except Exception as exc:
-                await self._handler_failed(delivery, exc)
+                await self._handler_failed(delivery, message, exc)
             else:
                 await delivery.ack()
         finally:
@@ -350,21 +383,38 @@ class Actor:
         await delivery.respond(report)
         await delivery.term()
 
-    async def _handler_failed(self, delivery: Delivery, exc: Exception) -> None:
-        """A handler raised: report it; retry while deliveries remain, then dead-letter."""
-        tb = "".join(traceback.format_exception(exc, limit=-4))[-2000:]
-        reason = f"handler {type(exc).__name__}: {exc}"
-        if delivery.durable and delivery.deliveries < self.settings.max_deliver:
-            log.warning("%s: %s (delivery %d, will retry)", self.name, reason,
-                        delivery.deliveries)
-            await self._report(ActorError(
-                role=self.name, instance=self.instance, subject=delivery.subject,
-                reason=f"{reason} (delivery {delivery.deliveries}, will retry)",
-                size=delivery.size, traceback=tb, ts=time.time(),
-            ))
+    async def _handler_failed(self, delivery: Delivery, message: Message,
+                              exc: Exception) -> None:
+        """A handler raised: retry while deliveries remain, then dead-letter. The run the
+        work belongs to hears of it (``work.error``); a passing bus error is only logged."""
+        reason = f"{type(exc).__name__}: {exc}"
+        will_retry = delivery.durable and delivery.retries_left()
+        report = work_error(message, actor=f"{self.name}/{self.instance}",
+                            delivery=delivery.deliveries, error=reason, will_retry=will_retry)
+        if report is not None:
+            await self._tell_run(report)
+        if will_retry:
+            if isinstance(exc, TRANSIENT):
+                log.warning("%s: %s (delivery %d, will retry)", self.name, reason,
+                            delivery.deliveries)
+            else:
+                log.warning("%s: handler %s (delivery %d, will retry)", self.name, reason,
+                            delivery.deliveries)
+                await self._report(ActorError(
+                    role=self.name, instance=self.instance, subject=delivery.subject,
+                    reason=f"handler {reason} (delivery {delivery.deliveries}, will retry)",
+                    size=delivery.size, traceback=_traceback(exc), ts=time.time(),
+                ))
             await delivery.nak(delay=min(2.0 ** delivery.deliveries, 30.0) / 4)
             return
-        await self._reject(delivery, reason, tb)
+        await self._reject(delivery, f"handler {reason}", _traceback(exc))
+
+    async def _tell_run(self, report: WorkError) -> None:
+        try:
+            await self.bus.publish_durable(self.bus.subject(Verb.RESULT, report.run_id), report)
+        except Exception as exc:
+            log.error("could not tell run %s of a failure: %s (%s)", report.run_id, exc,
+                      report.error)
 
     async def _report(self, report: ActorError) -> None:
         try:
@@ -404,6 +454,27 @@ class Actor:
                         await delivery.in_progress()
                     except Exception as exc:
                         log.debug("in-progress ack failed: %s", exc)
+
+
+def work_error(message: Message, *, actor: str, delivery: int, error: str,
+               will_retry: bool) -> WorkError | None:
+    """The report to a run of a failure to handle one of its tasks (None: not run work)."""
+    common: dict[str, Any] = {"actor": actor, "delivery": delivery, "error": error[:2000],
+                              "will_retry": will_retry}
+    match message:
+        case StepTask():
+            return WorkError(run_id=message.run_id, work="step", step_id=message.step.id,
+                             attempt=message.attempt, **common)
+        case ReviewTask():
+            return WorkError(run_id=message.run_id, work="review", step_id=message.step.id,
+                             attempt=message.attempt, **common)
+        case SynthesisTask():
+            return WorkError(run_id=message.run_id, work="synthesis", **common)
+    return None
+
+
+def _traceback(exc: Exception) -> str:
+    return "".join(traceback.format_exception(exc, limit=-4))[-2000:]
 
 
 def _union(types: tuple[type[Message], ...]) -> Any:

@@ -6,6 +6,7 @@ Connecting (and starting an embedded server when no URL is set) is in ``connecti
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ import anyio
 import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionReconnectingError, NoRespondersError
+from nats.js import api
+from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from nats.nuid import NUID
 
@@ -45,14 +48,32 @@ TRANSIENT: tuple[type[Exception], ...] = (
     TimeoutError, NoRespondersError, NoStreamResponseError, ServiceUnavailableError,
     ConnectionReconnectingError,
 )
-"""Publish failures that pass on their own (during failover); retried when idempotent."""
+"""Failures that pass on their own (leader elections, reconnects): retried, never fatal."""
 UNCONFIRMED: tuple[type[Exception], ...] = (*TRANSIENT, APIError)
-ACK_WAIT = 5.0
-"""Seconds to wait for an asynchronous publish's acknowledgement before storing it again."""
 """Why an asynchronous publish may go unconfirmed: then it is stored again."""
+ACK_WAIT = 3.0
+"""Seconds to wait for an asynchronous publish's acknowledgement before storing it again
+(an acknowledgement lost with a dying server never arrives)."""
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a publish whose ``Nats-Expected-*`` condition failed."""
+FENCE_BUSY = 10164
+"""A replicated stream admits one write at a time expecting a given subject's sequence;
+the others in flight get this ("wrong last sequence", no number): retry, not a fence."""
+EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
-@dataclass(frozen=True)
+class Fenced(Exception):
+    """A fenced publish was refused: the fence subject moved on (someone else took over)."""
+
+
+def fence_headers(fence_subject: str, fence_seq: int) -> dict[str, str]:
+    """Headers that make a publish succeed only while ``fence_subject``'s last message is
+    ``fence_seq``: a writer that lost its claim can no longer add anything."""
+    return {EXPECT_SEQ: str(fence_seq), EXPECT_SUBJECT: fence_subject}
+
+
+@dataclass
 class Unsettled:
     """A message sent to JetStream whose acknowledgement has not been awaited yet."""
 
@@ -61,6 +82,28 @@ class Unsettled:
     headers: dict[str, str]
     future: Any
     """nats-py's future of the publish acknowledgement (None: sending failed at once)."""
+    seq: int = 0
+    """Its stream sequence, once ``settle`` confirmed it."""
+
+
+class _JetStream(JetStreamContext):
+    """nats-py's JetStream context, with a server's error answer to an asynchronous publish
+    set on its future. (nats-py raises it inside the reply callback instead, so the future
+    never completes and its publisher waits for nothing.)"""
+
+    async def _handle_async_reply(self, msg: Any) -> None:
+        future = self._publish_async_futures.get(msg.subject[len(self._nc._inbox_prefix) + 24:])
+        if future is None or future.done():
+            return
+        try:
+            resp = json.loads(msg.data) if msg.data else {}
+            if "error" in resp:
+                APIError.from_error(resp["error"])  # raises the error's own type
+            if not msg.data:
+                raise NoStreamResponseError
+            future.set_result(api.PubAck.from_response(resp))
+        except Exception as exc:
+            future.set_exception(exc)
 
 
 class Bus:
@@ -68,7 +111,10 @@ class Bus:
 
     def __init__(self, nc: NatsClient, settings: Settings, server_url: str) -> None:
         self.nc = nc
-        self.js = nc.jetstream()
+        self.js: JetStreamContext = _JetStream(nc)
+        self.pipeline_fenced = True
+        """Fenced writes go out without waiting for each other, until the server says it
+        takes them one at a time (a replicated stream): then they are sent in turn."""
         self.settings = settings
         self.prefix = settings.prefix
         self.server_url = server_url
@@ -101,13 +147,14 @@ class Bus:
         payload, hdrs = await self._prepare(message, msg_id, headers)
         return await self._store(subj, payload, hdrs, retry=msg_id is not None)
 
-    async def publish_soon(self, subj: str, message: Message, *, msg_id: str) -> Unsettled:
+    async def publish_soon(self, subj: str, message: Message, *, msg_id: str,
+                           headers: dict[str, str] | None = None) -> Unsettled:
         """Send to JetStream now, wait for the acknowledgement later (``settle``).
 
         Messages sent this way on one connection are stored in the order they were sent;
         whoever acknowledges work that depends on them settles them first.
         """
-        payload, hdrs = await self._prepare(message, msg_id, None)
+        payload, hdrs = await self._prepare(message, msg_id, headers)
         try:
             future = await self.js.publish_async(subj, payload, headers=hdrs)
         except TRANSIENT:
@@ -116,17 +163,39 @@ class Bus:
 
     async def settle(self, sent: Sequence[Unsettled]) -> None:
         """Wait until every message sent with ``publish_soon`` is stored (re-sending any
-        whose acknowledgement failed: the message id makes that safe)."""
+        whose acknowledgement failed: the message id makes that safe). ``Fenced`` if a
+        fenced one was refused."""
         for item in sent:
+            if item.seq:
+                continue
             try:
                 if item.future is None:
                     raise TimeoutError
-                # An acknowledgement lost with a dying server never arrives: bounded wait.
                 with anyio.fail_after(ACK_WAIT):
-                    await item.future
+                    item.seq = int((await item.future).seq)
+                continue
             except UNCONFIRMED as exc:
-                log.info("publish to %s unconfirmed (%s); storing it again", item.subject, exc)
-                await self._store(item.subject, item.payload, item.headers, retry=True)
+                if isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE \
+                        and EXPECT_SEQ in item.headers:
+                    raise Fenced(f"{item.subject}: {exc.description}") from exc
+                if item.future is not None and not item.future.done():
+                    item.future.cancel()  # frees its slot in nats-py's pending window
+                log.info("publish to %s unconfirmed (%r); storing it again", item.subject, exc)
+            item.seq = await self._store(item.subject, item.payload, item.headers, retry=True)
+
+    def fence_busy(self) -> None:
+        """The server refused a fenced write because another was in flight."""
+        if self.pipeline_fenced:
+            log.info("the server takes fenced writes one at a time (a replicated stream); "
+                     "sending them in turn from now on")
+            self.pipeline_fenced = False
+
+    async def delete(self, stream: str, seq: int) -> None:
+        """Remove one message (a task nobody should run any more); best effort."""
+        try:
+            await self.js.delete_msg(stream, seq)
+        except Exception as exc:  # gone already, or the server is busy: it is only hygiene
+            log.debug("could not delete %s/%d: %s", stream, seq, exc)
 
     async def _prepare(
         self, message: Message, msg_id: str | None, headers: dict[str, str] | None
@@ -146,6 +215,18 @@ class Bus:
             try:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
                 return int(ack.seq)
+            except APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
+                    raise Fenced(f"{subj}: {exc.description}") from exc
+                if exc.err_code == FENCE_BUSY:
+                    self.fence_busy()
+                elif not isinstance(exc, TRANSIENT):
+                    raise
+                if not retry or anyio.current_time() + delay > deadline:
+                    raise
+                log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
             except TRANSIENT as exc:  # a leader election or a reconnect: try again
                 if not retry or anyio.current_time() + delay > deadline:
                     raise

@@ -16,11 +16,13 @@ class Delivery:
     nothing to settle; those calls are no-ops there.
     """
 
-    __slots__ = ("_msg", "durable", "received_at", "settled", "size", "subject")
+    __slots__ = ("_msg", "durable", "max_deliver", "received_at", "settled", "size", "subject")
 
-    def __init__(self, msg: Any, *, durable: bool) -> None:
+    def __init__(self, msg: Any, *, durable: bool, max_deliver: int = 1) -> None:
         self._msg = msg
         self.durable = durable
+        self.max_deliver = max_deliver
+        """The consumer's delivery limit (-1: none)."""
         self.subject: str = msg.subject
         self.size = len(msg.data)
         self.received_at = time.monotonic()
@@ -44,6 +46,17 @@ class Delivery:
         if not self.durable:
             return 1
         return int(self._msg.metadata.num_delivered)
+
+    @property
+    def stream_seq(self) -> int:
+        """The message's sequence in its stream: unique per stored message (0 for core NATS)."""
+        if not self.durable:
+            return 0
+        return int(self._msg.metadata.sequence.stream)
+
+    def retries_left(self) -> bool:
+        """Will JetStream deliver this message again if it is not acknowledged?"""
+        return self.durable and (self.max_deliver < 0 or self.deliveries < self.max_deliver)
 
     async def ack(self) -> None:
         """The outcome is safely published: the message is done."""
