@@ -6,9 +6,13 @@ step runs the role's model with only the tools both the step and the role allow.
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import anyio
 
 from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
 from runtime.actor import Source, WorkQueue, on
@@ -19,6 +23,8 @@ from runtime.role import RoleActor
 from runtime.tools.context import StepContext, current_step
 
 from . import prompts
+
+log = logging.getLogger(__name__)
 
 PERMANENT = (UnknownTool, ToolArgumentsError)
 """Failures another attempt cannot fix."""
@@ -42,8 +48,14 @@ class Executor(RoleActor):
 
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
+        if task.deadline and time.time() > task.deadline:
+            # The run's deadline passed: its planner has ended it, nobody wants this result.
+            log.info("%s: skipping step %d of run %s: the run's deadline passed", self.name,
+                     task.step.id, task.run_id)
+            return
         me = f"{self.name}/{self.instance}"
-        ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me)
+        ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
+                          task=delivery.stream_seq)
         results = self.bus.subject(Verb.RESULT, task.run_id)
         claim = await self.bus.publish_soon(  # stored before the result: same connection
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
@@ -54,22 +66,26 @@ class Executor(RoleActor):
         started = time.time()
         usage = Usage()
         try:
-            if task.deadline and started > task.deadline:
-                raise StepRefused("the step's deadline passed before it started")
-            output, usage = await self._execute(task)
+            with anyio.fail_after(task.timeout or math.inf):
+                output, usage = await self._execute(task)
             outcome: dict[str, Any] = {"ok": True, "output": output}
         except PlancastError as exc:
             outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                        "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
+        except TimeoutError:
+            outcome = {"ok": False, "retryable": True,
+                       "error": f"timed out: the step ran longer than its {task.timeout:g}s "
+                                "timeout (raise step_timeout for the role, or timeout on the step)"}
         finally:
             current_step.reset(token)
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
-            started_at=started, finished_at=time.time(), executor=me, **outcome,
+            started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
+            **outcome,
         )
-        # The id names the delivery too: a stale executor's result must not be mistaken
-        # for (and de-duplicate away) the result of the redelivery that owns the attempt.
-        await self.bus.publish_durable(results, result, msg_id=ctx.key)
+        # The id names the task and its delivery: a stale executor's result must not be
+        # mistaken for (and de-duplicate away) the result of another execution.
+        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/result")
         await self.bus.settle([claim])
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:

@@ -15,11 +15,14 @@ class StepContext:
     """JetStream's delivery count: >1 when the task was redelivered after a failure."""
     executor: str
     """``role/instance`` of the executor running it."""
+    task: int = 0
+    """The task's sequence in the work stream (two tasks may carry one attempt after a
+    planner takeover; each is its own execution)."""
 
     @property
     def key(self) -> str:
-        """A unique key for this execution of the step: ``run/step/attempt/delivery``."""
-        return f"{self.run_id}/{self.step_id}/{self.attempt}/{self.delivery}"
+        """A unique key for this execution of the step: ``run/step/attempt/task/delivery``."""
+        return f"{self.run_id}/{self.step_id}/{self.attempt}/{self.task}/{self.delivery}"
 
 
 current_step: ContextVar[StepContext | None] = ContextVar("current_step", default=None)

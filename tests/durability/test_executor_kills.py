@@ -141,7 +141,8 @@ async def test_side_effect_then_sigkill_is_recorded_once(
     [done] = events.of(StepFinished, 1)
     assert step1.executor == done.executor and step1.status == "done"
     ledger = (d.test_dir / "ledger.txt").read_text().splitlines()
-    recorded = f"{accepted.run_id}/1/{step1.attempt}/{step1.delivery} {step1.executor}"
+    recorded = (f"{accepted.run_id}/1/{step1.attempt}/{step1.task_seq}/{step1.delivery} "
+                f"{step1.executor}")
     assert ledger.count(recorded) == 1, ledger  # once for the recorded outcome
     assert len(ledger) == 2  # the killed execution's effect, and the recorded one
     assert events.of(StepFinished, 2)[0].output == "got ledgered passed"
