@@ -1,8 +1,10 @@
 """The planner: takes runs on, owns each one's DAG, and routes what comes back to it.
 
 Each run it owns has a lease in the run-state bucket, renewed while it lives. A run
-whose lease ran out (its planner died) is adopted by any planner, which resumes it
-from the stored state: finished steps stay finished, steps in flight are awaited.
+whose lease ran out (its planner died, or was cut off) is adopted by any planner, which
+first fences the old owner out (``run.owner`` on the run's fence subject: the server
+refuses the old owner's events from then on), then resumes the run from its stored state
+and the events stored after it: finished steps stay finished, steps in flight are awaited.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from protocols import (
+    ActorError,
     Message,
     ReplanRequest,
     RunAccepted,
+    RunOwner,
     RunRecord,
     RunRequest,
     StepClaimed,
@@ -32,6 +36,7 @@ from protocols import (
     SynthesisDecision,
     Verb,
     Verdict,
+    WorkError,
     decode,
     encode,
     run_key,
@@ -41,16 +46,22 @@ from protocols import (
     subject,
 )
 from runtime.actor import Source, Subscription, WorkQueue, on
+from runtime.bus import Fenced
 from runtime.delivery import Delivery
 from runtime.kv import current_values
 from runtime.role import RoleActor, RoleContext
 
+from . import run_timers
+from .liveness import Liveness
+from .resume import Tail, fold, read_tail
 from .run import Run
-from .run_state import LostRun, RunState, restore
+from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
 
-RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest)
+RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, WorkError)
+NOT_OURS_DELAY = 1.0
+"""Seconds before an outcome for a run another planner drives is offered again."""
 
 
 def new_run_id() -> str:
@@ -69,6 +80,7 @@ class Planner(RoleActor):
         self.lease = self.settings.run_lease
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
+        self.liveness = Liveness(self.bus, self.owner_id)
         self._runs_tg: TaskGroup | None = None
 
     def sources(self) -> Sequence[Source]:
@@ -80,6 +92,7 @@ class Planner(RoleActor):
         self.runs = {}  # after a restart, our old runs come back by lease expiry
         async with anyio.create_task_group() as runs:
             self._runs_tg = runs
+            await runs.start(self.liveness.watch)
             runs.start_soon(self._lease_loop)
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
@@ -89,15 +102,17 @@ class Planner(RoleActor):
     @on(RunRequest)
     async def submit(self, request: RunRequest, delivery: Delivery) -> None:
         run_id = request.run_id or new_run_id()
+        now = time.time()
+        timeout = request.timeout or self.ctx.team.timeouts.run
         record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,
-                           lease_until=time.time() + self.lease, started_at=time.time())
+                           lease_until=now + self.lease, started_at=now,
+                           deadline=now + timeout if timeout else 0.0)
         try:
             revision = await self.kv.create(run_key(run_id), encode(record))
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
         else:
-            self._start(Run(self, await self._restore(record, fresh=True), revision),
-                        resumed=False)
+            self._start(record, revision, adopted=False)
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
@@ -106,10 +121,25 @@ class Planner(RoleActor):
         """Tools a plan may name: the team's (they may live on the workers only) and ours."""
         return self.ctx.team.tool_names() | set(self.ctx.tools.names())
 
-    async def _restore(self, record: RunRecord, *, fresh: bool = False) -> RunState:
-        """The run as stored. Its events go on from the saved ``next_seq``: events sent
-        after the last save are sent again under the same numbers (stored ones are
-        de-duplicated; one that never got stored fills its gap)."""
+    def _start(self, record: RunRecord, revision: int, *, adopted: bool,
+               previous: str = "") -> None:
+        assert self._runs_tg is not None
+        self._runs_tg.start_soon(self._drive, record, revision, adopted, previous)
+
+    async def _take(self, record: RunRecord, revision: int, adopted: bool,
+                    previous: str) -> Run:
+        """Fence the run for us, then read back where it stands."""
+        fence = await self.bus.publish_durable(
+            self.bus.subject(Verb.FENCE, record.run_id),
+            RunOwner(run_id=record.run_id, owner=self.owner_id, ts=time.time()))
+        state = await self._restore(record, fresh=not adopted)
+        tail: Tail | None = None
+        if adopted:  # the fence is up: nothing more can be added behind our back
+            events = await read_tail(self.bus, record.run_id, record.events_seq)
+            tail = fold(state, events, next_seq=record.next_seq)
+        return Run(self, state, revision, fence=fence, tail=tail, previous_owner=previous)
+
+    async def _restore(self, record: RunRecord, *, fresh: bool) -> RunState:
         steps: dict[int, StepRecord] = {}
         if not fresh:
             for entry in (await current_values(self.kv, step_keys(record.run_id))).values():
@@ -119,25 +149,38 @@ class Planner(RoleActor):
             record, steps, known_roles=[r.name for r in self.ctx.team.executors()],
             known_tools=self.known_tools, fetch=self.bus.get_object)
 
-    def _start(self, run: Run, *, resumed: bool) -> None:
-        self.runs[run.run_id] = run
-        assert self._runs_tg is not None
-        self._runs_tg.start_soon(self._drive, run, resumed)
-
-    async def _drive(self, run: Run, resumed: bool) -> None:
-        results = await self.add_source(WorkQueue(
-            Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run.run_id),
-            f"run-{run.run_id}", accepts=RESULT_TYPES, ack_wait=self.lease))
+    async def _drive(self, record: RunRecord, revision: int, adopted: bool,
+                     previous: str) -> None:
+        """Own one run until it ends or is lost; never raises (other runs go on)."""
+        run_id = record.run_id
         try:
-            with anyio.CancelScope() as run.scope:
-                await run.drive(resumed=resumed)
+            run = await self._take(record, revision, adopted, previous)
+        except Exception as exc:  # its lease runs out and another planner (or we) retry
+            log.warning("could not take run %s on (%s); it is adopted once its lease ends",
+                        run_id, exc)
+            return
+        self.runs[run_id] = run
+        try:
+            results = await self.add_source(WorkQueue(
+                Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id),
+                f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1))
+            try:
+                with run.scope:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(run_timers.watch, run)
+                        await run.drive(resumed=adopted)
+                        tg.cancel_scope.cancel()
+            finally:
+                results.cancel()
+        except Exception:
+            log.exception("run %s: its planner task failed; the run is adopted once its "
+                          "lease ends", run_id)
         finally:
-            results.cancel()
-            self.runs.pop(run.run_id, None)
+            self.runs.pop(run_id, None)
             if run.record.status != "active":
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self.bus.js.delete_consumer(
-                        stream_name(self.bus.prefix, Stream.RESULTS), f"run-{run.run_id}")
+                        stream_name(self.bus.prefix, Stream.RESULTS), f"run-{run_id}")
 
     # -- what comes back -----------------------------------------------------------------
 
@@ -145,14 +188,34 @@ class Planner(RoleActor):
     async def outcome(self, message: Message, delivery: Delivery) -> None:
         run = self.runs.get(message.run_id)  # type: ignore[attr-defined]
         if run is None:
-            log.info("%s for run %s, which this planner no longer drives; ignored",
-                     type(message).__name__, message.run_id)  # type: ignore[attr-defined]
+            await self._not_ours(message, delivery)
             return
         try:
             await run.receive(message)
-        except LostRun:
+        except Fenced:
             run.scope.cancel()
             await delivery.nak()  # the run's new owner will get it
+
+    async def _not_ours(self, message: Message, delivery: Delivery) -> None:
+        """An outcome for a run this planner does not drive (any more): back to whoever
+        does, or, for a run that has ended, said to have come too late."""
+        run_id: str = message.run_id  # type: ignore[attr-defined]
+        tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
+        try:
+            entry = await self.kv.get(run_key(run_id))
+        except KeyNotFoundError:
+            status = "never been submitted"
+        else:
+            record: RunRecord = decode(entry.value, RunRecord)
+            if record.status == "active":
+                await delivery.nak(delay=NOT_OURS_DELAY)
+                return
+            status = record.status
+        reason = f"{tag} for run {run_id}, which has {status}: it changes nothing"
+        log.info(reason)
+        await self._report(ActorError(role=self.name, instance=self.instance,
+                                      subject=delivery.subject, reason=reason,
+                                      size=delivery.size, ts=time.time()))
 
     # -- leases --------------------------------------------------------------------------
 
@@ -162,11 +225,13 @@ class Planner(RoleActor):
             for run in list(self.runs.values()):
                 try:
                     await run.save()
-                except LostRun:
+                except Fenced:
                     run.scope.cancel()
+                except Exception as exc:  # a bus hiccup must not stop lease renewal
+                    log.warning("renewing the lease of run %s failed: %s", run.run_id, exc)
             try:
                 await self._adopt_orphans()
-            except Exception as exc:  # a bus hiccup must not stop lease renewal
+            except Exception as exc:
                 log.warning("looking for orphaned runs failed: %s", exc)
             await anyio.sleep(self.lease / 3)
 
@@ -185,4 +250,4 @@ class Planner(RoleActor):
                 continue  # another planner was quicker
             log.warning("adopting run %s from %s (its lease expired)", record.run_id,
                         record.owner)
-            self._start(Run(self, await self._restore(claimed), revision), resumed=True)
+            self._start(claimed, revision, adopted=True, previous=record.owner)

@@ -11,10 +11,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyWrongLastSequenceError
 
 from protocols import (
     ObjectRef,
@@ -25,9 +25,18 @@ from protocols import (
     decode,
     encode,
     run_key,
+    runs_bucket,
     step_key,
 )
-from runtime.bus import TRANSIENT
+from runtime.bus import (
+    FENCE_BUSY,
+    TRANSIENT,
+    UNCONFIRMED,
+    WRONG_LAST_SEQUENCE,
+    Bus,
+    Fenced,
+    fence_headers,
+)
 from runtime.scheduler import Scheduler, StepState
 
 log = logging.getLogger(__name__)
@@ -46,13 +55,31 @@ class StepMeta:
 
     round: int
     executor: str = ""
-    """The claimant of the current attempt with the highest delivery count."""
+    """The latest claimant of the current attempt; once it is done, who sent the outcome."""
     delivery: int = 0
     review_output: str | None = None
     feedback: str = ""
     output_ref: ObjectRef | None = None
     """Where a long output is kept (the record holds only this reference)."""
     usage: Usage = field(default_factory=Usage)
+    claimants: set[str] = field(default_factory=set)
+    """``executor#delivery`` of every claim of the current attempt."""
+    dispatched_at: float = 0.0
+    """Unix time the current attempt was dispatched (or the run adopted)."""
+    claimed_at: float = 0.0
+    """Unix time of the current attempt's latest claim (0: not claimed yet)."""
+    review_sent_at: float = 0.0
+    """Unix time its output went to the critic."""
+    task_seq: int = 0
+    """The current attempt's task in the work stream, once stored."""
+    task_id: str = ""
+    """The ``Nats-Msg-Id`` of that task."""
+
+    def new_attempt(self, now: float) -> None:
+        """Forget the previous attempt's claims and timers."""
+        self.executor, self.delivery, self.claimants = "", 0, set()
+        self.dispatched_at, self.claimed_at, self.review_sent_at = now, 0.0, 0.0
+        self.task_seq, self.task_id, self.review_output = 0, "", None
 
 
 @dataclass
@@ -81,8 +108,13 @@ async def restore(
         known_roles=known_roles, known_tools=known_tools, max_steps=record.request.max_steps,
         round=record.round, closed=record.plan_closed, dropped=record.dropped,
         steps=[(r.step, r.round, _STATE[r.status], r.attempt, await text(r)) for r in ordered])
-    meta = {r.step.id: StepMeta(r.round, r.executor, r.delivery, r.review_output, r.feedback,
-                                r.output_ref, r.usage) for r in ordered}
+    now = time.time()
+    meta = {r.step.id: StepMeta(
+        r.round, r.executor, r.delivery, r.review_output, r.feedback, r.output_ref, r.usage,
+        # A planner taking the run over starts the clocks afresh: never early.
+        claimants=set(r.claimants), dispatched_at=now, claimed_at=now if r.claimed_at else 0.0,
+        review_sent_at=now if r.review_output is not None else 0.0,
+        task_seq=r.task_seq, task_id=r.task_id) for r in ordered}
     return RunState(record, scheduler, meta)
 
 
@@ -96,21 +128,24 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
         output_ref=meta.output_ref if done else None,
         error=scheduler.failures.get(step.id, ""), executor=meta.executor,
         delivery=meta.delivery, review_output=meta.review_output, feedback=meta.feedback,
-        usage=meta.usage,
+        usage=meta.usage, claimants=sorted(meta.claimants), dispatched_at=meta.dispatched_at,
+        claimed_at=meta.claimed_at, task_seq=meta.task_seq, task_id=meta.task_id,
     )
 
 
 def header(
     base: RunRecord, scheduler: Scheduler, *, plan_closed: bool, synthesis_round: int,
-    next_seq: int, usage: Usage, owner: str, lease_until: float, round_reason: str,
+    next_seq: int, events_seq: int, usage: Usage, owner: str, lease_until: float,
+    round_reason: str, fence: int,
 ) -> RunRecord:
     return RunRecord(
         run_id=base.run_id, request=base.request, status=base.status, owner=owner,
         lease_until=lease_until, round=scheduler.round, plan_closed=plan_closed,
         round_reason=round_reason, synthesis_round=synthesis_round,
         order=[s.id for s in scheduler.steps], dropped=sorted(scheduler.dropped),
-        next_seq=next_seq, usage=usage, outcome=base.outcome, started_at=base.started_at,
-        updated_at=time.time(),
+        next_seq=next_seq, events_seq=events_seq, usage=usage, outcome=base.outcome,
+        started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
+        fence=fence,
     )
 
 
@@ -119,27 +154,45 @@ def accepted_in_round(scheduler: Scheduler, meta: dict[int, StepMeta]) -> list[S
     return [s for s in scheduler.steps if meta[s.id].round == scheduler.round]
 
 
-class LostRun(Exception):
-    """Another planner took the run over (our compare-and-set failed): stop driving it."""
+class LostRun(Fenced):
+    """Another planner took the run over (our compare-and-set failed): stop driving it.
+
+    Catch ``Fenced``: a refused fenced event says the same, from the events stream."""
+
+
+Stage = Literal["plan", "execute", "synthesize", "runtime"]
+
+
+class RunFailure(Exception):
+    """The run cannot finish; carries what the ``run.failed`` event says."""
+
+    def __init__(self, stage: Stage, reason: str, cause: str = "") -> None:
+        super().__init__(reason)
+        self.stage = stage
+        self.cause = cause
 
 
 class RunStore:
-    """Writes one run's records: step records as they are, the header with compare-and-set."""
+    """Writes one run's records: the header with compare-and-set, each step record fenced
+    on the header's revision, so only the planner holding the run can write either."""
 
-    def __init__(self, kv: Any, run_id: str, revision: int, *, retry_for: float) -> None:
+    def __init__(self, bus: Bus, kv: Any, run_id: str, revision: int, *,
+                 retry_for: float) -> None:
+        self.bus = bus
         self.kv = kv
         self.run_id = run_id
         self.revision = revision
         """The header's revision as we last wrote or read it."""
         self.retry_for = retry_for
+        bucket = runs_bucket(bus.prefix)
+        self._stream = f"KV_{bucket}"
+        self._prefix = f"$KV.{bucket}."
+        self._header_subject = self._prefix + run_key(run_id)
 
     async def write(self, head: RunRecord, steps: list[StepRecord]) -> None:
-        """Store the step records (concurrently), then the header; ``LostRun`` if another
-        planner wrote the header since our last write."""
-        async with anyio.create_task_group() as tg:
-            for record in steps:
-                tg.start_soon(self._retrying, lambda r=record: self.kv.put(
-                    step_key(self.run_id, r.step.id), encode(r)))
+        """Store the step records, then the header; ``LostRun`` if another planner wrote
+        the header since our last write."""
+        await self._write_steps(steps, fence_headers(self._header_subject, self.revision))
         try:
             self.revision = await self._retrying(lambda: self.kv.update(
                 run_key(self.run_id), encode(head), last=self.revision))
@@ -150,15 +203,51 @@ class RunStore:
                 raise LostRun(self.run_id) from exc
             self.revision = int(entry.revision)  # our earlier try landed; its ack was lost
 
+    async def _write_steps(self, steps: list[StepRecord], fence: dict[str, str]) -> None:
+        """All at once where the server allows it, else one after another."""
+        if self.bus.pipeline_fenced:
+            try:
+                async with anyio.create_task_group() as tg:
+                    for record in steps:
+                        tg.start_soon(self._put, record, fence)
+                return
+            except BaseExceptionGroup as group:  # one plain error for the caller
+                errors = group.exceptions
+                if any(isinstance(e, LostRun) for e in errors):
+                    raise LostRun(self.run_id) from None
+                if not all(_busy(e) for e in errors):
+                    raise next(e for e in errors if not _busy(e)) from None
+                self.bus.fence_busy()
+        for record in steps:
+            await self._put(record, fence)
+
+    async def _put(self, record: StepRecord, fence: dict[str, str]) -> None:
+        subject = self._prefix + step_key(self.run_id, record.step.id)
+        try:
+            await self._retrying(lambda: self.bus.js.publish(
+                subject, encode(record), stream=self._stream, headers=fence))
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                raise LostRun(self.run_id) from exc
+            raise
+
     async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
-        """Retry a KV write through a failover (leader elections, reconnects)."""
+        """Retry a KV write through a failover (leader elections, reconnects) and while
+        the server takes fenced writes one at a time."""
         delay, deadline = 0.05, time.monotonic() + self.retry_for
         while True:
             try:
                 return await write()
-            except TRANSIENT as exc:
+            except UNCONFIRMED as exc:
+                if not isinstance(exc, TRANSIENT) and not (_busy(exc) and
+                                                           not self.bus.pipeline_fenced):
+                    raise
                 if time.monotonic() + delay > deadline:
                     raise
                 log.info("run %s: saving state failed (%s); retrying", self.run_id, exc)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+
+def _busy(exc: BaseException) -> bool:
+    return isinstance(exc, APIError) and exc.err_code == FENCE_BUSY

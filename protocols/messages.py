@@ -200,6 +200,8 @@ class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
     """The step that could not be completed, if any."""
     work: Literal["", "step", "review", "synthesis"] = ""
     """Which work could not be done (``""``: none in particular, just replan)."""
+    attempt: int = 0
+    """The failed step's attempt (0: unknown, taken as the current one)."""
 
 
 class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):

@@ -112,6 +112,9 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     """Unix time of this record."""
     deadline: float = 0.0
     """Unix time the run fails if it has not ended (0: no deadline)."""
+    events_seq: int = 0
+    """Stream sequence of the run's last event known stored when this record was written: a
+    planner taking the run over reads the events after it (changes not in this record)."""
     fence: int = 0
     """Stream sequence of the owner's ``run.owner`` fence message; every event it publishes
     expects it to be the last one, so a planner that lost the run cannot add events."""

@@ -195,6 +195,15 @@ class Scheduler:
             dependents[:] = [d for d in dependents if d not in gone]
         return gone
 
+    def redispatched(self, step_id: int, attempt: int) -> None:
+        """Restore: the run's log shows this attempt dispatched (its state was not saved)."""
+        state = self.state(step_id)
+        if state in (StepState.DONE, StepState.FAILED) and attempt <= self._attempts[step_id]:
+            return  # the log is behind what was saved
+        self._state[step_id] = StepState.RUNNING
+        self._attempts[step_id] = attempt
+        self._failures.pop(step_id, None)
+
     # -- outcomes ------------------------------------------------------------------------
 
     def start(self, step_id: int) -> None:

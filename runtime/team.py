@@ -39,6 +39,33 @@ class TeamConfigError(PlancastError):
     """The team file is missing, not TOML, or breaks a rule; the message names the fix."""
 
 
+class Timeouts(BaseModel):
+    """How long the planner waits for each thing before it gives up on it (seconds).
+
+    The defaults fit real LLM latencies: an agent step with a few tool rounds takes
+    minutes, a worker process starts in seconds. Passing one fails the attempt (which is
+    retried or replanned like any failure) or the run, with an event that says which.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    step: float = Field(default=600.0, gt=0)
+    """Start-to-close: one attempt, from its executor's claim to its result."""
+    heartbeat: float = Field(default=20.0, gt=0)
+    """The claiming executor's heartbeats stop listing the step for this long (it died, hung
+    or acknowledged the task and forgot it)."""
+    unserved: float = Field(default=30.0, gt=0)
+    """A step (or review, or synthesis) waits this long while no live process serves its role."""
+    review: float = Field(default=600.0, gt=0)
+    """From sending an output to the critic to its verdict."""
+    synthesis: float = Field(default=300.0, gt=0)
+    """From asking the synthesizer to its decision."""
+    plan: float = Field(default=300.0, gt=0)
+    """One streamed plan, from the request to its last line."""
+    run: float = Field(default=0.0, ge=0)
+    """The whole run, unless its request sets ``timeout``; 0 means no overall deadline."""
+
+
 class RoleConfig(BaseModel):
     """One role: a kind of actor (an entry point in ``plancast.roles``) and its settings."""
 
@@ -60,6 +87,8 @@ class RoleConfig(BaseModel):
     """Tasks one instance works on at once."""
     max_tool_rounds: int = Field(default=6, ge=1, le=50)
     """Model/tool round trips one agent step may take."""
+    step_timeout: float | None = Field(default=None, gt=0)
+    """Start-to-close timeout of this role's steps; None uses ``[timeouts] step``."""
     tool_steps_only: bool = False
     """An executor that only runs tool steps, so it needs no model."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -86,6 +115,8 @@ class TeamConfig(BaseModel):
     """Times the planner asks its model again after an invalid plan."""
     files_root: Path | None = None
     """Directory the ``read_file`` tool may read; None disables it."""
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 
     @model_validator(mode="after")
     def _check(self) -> TeamConfig:
@@ -101,6 +132,19 @@ class TeamConfig(BaseModel):
     def executors(self) -> list[RoleConfig]:
         """The roles a plan may assign steps to."""
         return [r for r in self.roles.values() if r.kind not in MODEL_KINDS | SERVICE_KINDS]
+
+    def kind_roles(self, kind: str) -> list[str]:
+        """Names of the roles of one kind (``critic``, ``synthesizer`` ...)."""
+        return [r.name for r in self.roles.values() if r.kind == kind]
+
+    def step_timeout(self, role: str, step_timeout: float | None) -> float:
+        """A step's start-to-close timeout: the step's own, else its role's, else the team's."""
+        if step_timeout is not None:
+            return step_timeout
+        config = self.roles.get(role)
+        if config is not None and config.step_timeout is not None:
+            return config.step_timeout
+        return self.timeouts.step
 
     def tool_names(self) -> set[str]:
         """Every tool some executor role may use (they may live only on the workers)."""

@@ -1,0 +1,207 @@
+"""What comes back to a run, applied under its lock: claims, results, verdicts, decisions,
+replan requests and failure reports.
+
+An outcome either changes the run, or is refused with an ``outcome.refused`` event that
+says why (a stale attempt, a sender that never claimed it, a round already over). Only a
+repeat of something already applied passes without a word: a message delivered again
+because its acknowledgement was lost, or one a previous owner had already announced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from protocols import (
+    CriticVerdict,
+    Message,
+    OutcomeRefused,
+    ReplanRequest,
+    ReviewTask,
+    StepClaimed,
+    StepResult,
+    StepStarted,
+    SynthesisDecision,
+    Verb,
+    Verdict,
+    WorkError,
+    WorkFailed,
+)
+from runtime.scheduler import StepState
+
+from .run_state import RunFailure
+
+if TYPE_CHECKING:
+    from .run import Run
+
+log = logging.getLogger(__name__)
+
+
+async def apply(run: Run, message: Message) -> None:
+    match message:
+        case StepClaimed():
+            await _claim(run, message)
+        case StepResult():
+            await _result(run, message)
+        case Verdict():
+            await _verdict(run, message)
+        case SynthesisDecision():
+            await _decision(run, message)
+        case ReplanRequest():
+            await _replan_request(run, message)
+        case WorkError():
+            await run.events.emit(WorkFailed(
+                run_id=run.run_id, work=message.work, step_id=message.step_id,
+                attempt=message.attempt, actor=message.actor, error=message.error,
+                will_retry=message.will_retry))
+
+
+async def refuse(run: Run, message: Message, reason: str, *, step_id: int | None = None,
+                 attempt: int = 0, sender: str = "") -> None:
+    """Say on the run's events that ``message`` does not count, and why."""
+    kind = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
+    log.info("run %s: %s refused: %s", run.run_id, kind, reason)
+    await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind), step_id=step_id,
+                                         attempt=attempt, sender=sender, reason=reason))
+
+
+async def _claim(run: Run, claim: StepClaimed) -> None:
+    """Every claim of the current attempt is recorded: a result counts only from one."""
+    meta = run.meta.get(claim.step_id)
+    if meta is None or not run.current(claim.step_id, claim.attempt) \
+            or meta.review_output is not None:
+        log.info("run %s: claim of step %d attempt %d by %s is for work no longer wanted",
+                 run.run_id, claim.step_id, claim.attempt, claim.executor)
+        return
+    key = f"{claim.executor}#{claim.delivery}"
+    if key in meta.claimants:
+        return  # delivered again
+    meta.claimants.add(key)
+    meta.executor, meta.delivery, meta.claimed_at = claim.executor, claim.delivery, time.time()
+    run.touch(claim.step_id)
+    await run.events.emit(StepStarted(run_id=run.run_id, step_id=claim.step_id,
+                                      attempt=claim.attempt, executor=claim.executor,
+                                      delivery=claim.delivery))
+
+
+async def _result(run: Run, result: StepResult) -> None:
+    sid, attempt, sender = result.step_id, result.attempt, result.executor
+    meta = run.meta.get(sid)
+    if meta is None or run.state_of(sid) is None:
+        if ("StepFinished", sid, attempt) not in run.told:
+            await refuse(run, result, f"step {sid} is not in the current plan (a replan "
+                         "dropped it, or it never existed)", step_id=sid, attempt=attempt,
+                         sender=sender)
+        return
+    if not run.current(sid, attempt) or meta.review_output is not None:
+        repeat = meta.executor == sender and meta.delivery == result.delivery \
+            and run.scheduler.attempt(sid) == attempt
+        if not repeat and not _told(run, sid, attempt):
+            state = run.state_of(sid)
+            why = (f"attempt {attempt} of step {sid} is no longer wanted (the step is at "
+                   f"attempt {run.scheduler.attempt(sid)}, {state.value if state else '?'})")
+            if meta.review_output is not None and run.current(sid, attempt):
+                why = f"another result of attempt {attempt} of step {sid} is under review"
+            await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender)
+        return
+    if not _claimed_by(meta.claimants, sender, result.delivery):
+        await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
+                     f"{attempt} of step {sid} (claimed by: "
+                     f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
+                     step_id=sid, attempt=attempt, sender=sender)
+        return
+    meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
+    await run.spent(f"step:{sid}", result.usage)
+    meta.usage = meta.usage + result.usage
+    run.touch(sid)
+    step = run.scheduler.step(sid)
+    if not result.ok:
+        retry = result.retryable and attempt < run.team.step_attempts
+        await run.step_failed(step, attempt, result.error, retry, "error")
+        return
+    output = result.output or ""
+    if result.output_ref is not None and result.output is None:
+        output = (await run.bus.get_object(result.output_ref)).decode()
+    if step.review:
+        meta.review_output, meta.review_sent_at = output, time.time()
+        review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
+                            attempt=attempt, output=output,
+                            inputs=run.scheduler.inputs_for(step))
+        await run.bus.publish_durable(run.bus.subject(Verb.REVIEW), review,
+                                      msg_id=f"{run.run_id}/{sid}/{attempt}/review")
+        return
+    await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
+
+
+async def _verdict(run: Run, verdict: Verdict) -> None:
+    sid, attempt = verdict.step_id, verdict.attempt
+    meta = run.meta.get(sid)
+    if meta is None or meta.review_output is None or not run.current(sid, attempt):
+        decided = run.state_of(sid) in (StepState.DONE, StepState.FAILED) \
+            and run.scheduler.attempt(sid) == attempt
+        if not decided and ("CriticVerdict", sid, attempt) not in run.told:
+            await refuse(run, verdict, f"no output of attempt {attempt} of step {sid} is "
+                         "waiting for a verdict", step_id=sid, attempt=attempt)
+        return
+    await run.spent(f"critic:{sid}", verdict.usage)
+    meta.usage = meta.usage + verdict.usage
+    run.touch(sid)
+    await run.events.emit(CriticVerdict(
+        run_id=run.run_id, step_id=sid, attempt=attempt, approved=verdict.approved,
+        critique=verdict.critique))
+    step = run.scheduler.step(sid)
+    output, meta.review_output = meta.review_output, None
+    if verdict.approved:
+        await run.step_done(step, attempt, output, meta.executor, 0.0)
+        return
+    meta.feedback = verdict.critique
+    await run.step_failed(step, attempt, f"rejected by the critic: {verdict.critique}",
+                          attempt < run.team.review_attempts, "rejected")
+
+
+async def _decision(run: Run, decision: SynthesisDecision) -> None:
+    waiting = run.synthesis_since and decision.round == run.scheduler.round \
+        and run.decision is None
+    if not waiting:
+        if ("decision", decision.round) not in run.told and run.decision != decision:
+            await refuse(run, decision, f"no synthesis of round {decision.round} is awaited "
+                         f"(the run is in round {run.scheduler.round})")
+        return
+    await run.spent("synthesizer", decision.usage)
+    run.decision = decision
+    run.notify()
+
+
+async def _replan_request(run: Run, request: ReplanRequest) -> None:
+    """Work that could not be done fails for good (and may lead to a replan); a synthesis
+    that could not be done ends the run; anything else asks for a new round now."""
+    if request.work == "synthesis":
+        if run.synthesis_since:
+            run.abort(RunFailure("synthesize", f"the synthesis could not be done: "
+                                 f"{request.reason}", "synthesis"))
+        return
+    sid = request.failed_step
+    if sid is None:
+        run.replan = request
+        run.notify()
+        return
+    attempt = request.attempt or (run.scheduler.attempt(sid) if run.state_of(sid) else 0)
+    if run.current(sid, attempt):
+        await run.forget_tasks([sid])
+        await run.step_failed(run.scheduler.step(sid), attempt,
+                              f"{request.source}: {request.reason}", False, "dead_letter")
+
+
+def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
+    if delivery:
+        return f"{executor}#{delivery}" in claimants
+    return any(c.rpartition("#")[0] == executor for c in claimants)  # an older executor
+
+
+def _told(run: Run, sid: int, attempt: int) -> bool:
+    """Did a previous owner already announce this attempt's outcome?"""
+    return any((kind, sid, attempt) in run.told
+               for kind in ("StepFinished", "StepFailed", "CriticVerdict"))

@@ -1,0 +1,186 @@
+"""Taking a run over: what the previous owner announced but had not saved yet.
+
+A planner saves a run's state after its events are stored, so the events stored after
+the last save (the *tail*) describe changes the saved state lacks. The new owner reads
+the tail after it has fenced the old owner out (no event can be added behind its back),
+and folds it into the restored state: steps planned and dispatched stand as announced,
+and the outcomes it announced are not announced again when their messages, which were
+never acknowledged, arrive once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import anyio
+import msgspec
+from nats.js.errors import NotFoundError
+
+from protocols import (
+    TERMINAL_EVENTS,
+    CriticVerdict,
+    Event,
+    OutcomeRefused,
+    PlanFinished,
+    PlanRejected,
+    ReplanStarted,
+    RunEvent,
+    StepDispatched,
+    StepFailed,
+    StepFinished,
+    StepPlanned,
+    StepStarted,
+    Stream,
+    Usage,
+    UsageRecorded,
+    Verb,
+    WorkFailed,
+    decoder_for,
+    stream_name,
+)
+from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
+from runtime.errors import PlancastError, StepStateError
+from runtime.events import identity
+from runtime.scheduler import StepState
+
+from .run_state import RunState, StepMeta
+
+log = logging.getLogger(__name__)
+
+TIMER_CAUSES = frozenset({"timeout", "heartbeat", "unserved", "review_timeout"})
+"""Failures the owner's own clocks decided: no message will bring them back."""
+
+
+@dataclass
+class Tail:
+    """What folding the tail left for the new owner to do."""
+
+    last_seq: int = 0
+    """The number of the last event in the log (the new owner continues after it)."""
+    announced: set[Hashable] = field(default_factory=set)
+    """Events the new owner will re-derive and must not publish again."""
+    told: set[Hashable] = field(default_factory=set)
+    """The same, kept: outcomes whose late duplicates are acknowledged without a word."""
+    republish: dict[int, str] = field(default_factory=dict)
+    """Step id → the message id of a task the log shows dispatched: sent again (the
+    server drops it if it was stored), since it may have been lost with its planner."""
+    terminal: Event | None = None
+    """The run already ended: only its state was not saved."""
+    usage: Usage | None = None
+    """The run's usage as last announced."""
+
+
+async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, int]]:
+    """The run's stored events after stream sequence ``after``, each with the fence it was
+    written under (retried through failovers)."""
+    stream = stream_name(bus.prefix, Stream.EVENTS)
+    subject = bus.subject(Verb.EVENT, run_id)
+    decoder = decoder_for(RunEvent)
+    found: list[tuple[RunEvent, int]] = []
+    seq, delay = after + 1, 0.1
+    while True:
+        try:
+            raw = await bus.js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except NotFoundError:
+            return found
+        except TRANSIENT as exc:
+            if delay > 5:
+                raise
+            log.info("run %s: reading its events failed (%s); retrying", run_id, exc)
+            await anyio.sleep(delay)
+            delay *= 2
+            continue
+        seq = int(raw.seq or seq) + 1
+        try:
+            event = decoder.decode(await bus.resolve(raw.data or b""))
+        except msgspec.DecodeError as exc:
+            log.warning("run %s: an event at %d is unreadable (%s); skipped", run_id, raw.seq,
+                        exc)
+            continue
+        found.append((event, int((raw.headers or {}).get(EXPECT_SEQ, 0))))
+
+
+def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) -> Tail:
+    """Apply the tail (events numbered ``next_seq`` and on) to the restored ``state``."""
+    out = Tail(last_seq=next_seq - 1)
+    s, meta, now = state.scheduler, state.meta, time.time()
+    for event, fence in tail:
+        if event.seq < next_seq:
+            continue  # already reflected in the saved state
+        out.last_seq = max(out.last_seq, event.seq)
+        key = identity(event)
+        if key is not None:
+            out.announced.add(key)
+            out.told.add(key)
+        match event:
+            case StepPlanned() if event.round == s.round and not s.closed \
+                    and event.step.id not in meta:
+                try:
+                    s.add(event.step)
+                except PlancastError as exc:  # cannot happen for a step it accepted
+                    log.warning("run %s: replaying step %d failed: %s", state.record.run_id,
+                                event.step.id, exc)
+                    continue
+                meta[event.step.id] = StepMeta(event.round, dispatched_at=now)
+            case PlanRejected() if event.round == s.round:
+                for sid in s.discard_pending():
+                    meta.pop(sid, None)
+            case PlanFinished() if event.round == s.round and not s.closed:
+                try:
+                    s.close_plan()
+                except PlancastError as exc:
+                    log.warning("run %s: replaying the plan's end failed: %s",
+                                state.record.run_id, exc)
+            case StepDispatched() if _known(state, event.step_id):
+                m = meta[event.step_id]
+                if not _current(state, event.step_id, event.attempt):
+                    s.redispatched(event.step_id, event.attempt)
+                    m.new_attempt(now)
+                m.task_id = task_id(state.record.run_id, event.step_id, event.attempt, fence)
+                out.republish[event.step_id] = m.task_id
+            case StepStarted() if _current(state, event.step_id, event.attempt):
+                m = meta[event.step_id]
+                m.claimants.add(f"{event.executor}#{event.delivery}")
+                m.executor, m.delivery, m.claimed_at = event.executor, event.delivery, now
+            case StepFailed() if event.cause in TIMER_CAUSES \
+                    and _current(state, event.step_id, event.attempt):
+                if not event.will_retry:
+                    s.fail(event.step_id, event.error)
+                out.announced.discard(key)  # decided by a clock: nothing re-derives it
+            case ReplanStarted() if event.round == s.round + 1:
+                s.new_round()
+                out.told.add(("decision", event.round - 1))
+                state.record = msgspec.structs.replace(
+                    state.record, plan_closed=False, round_reason=event.reason)
+            case _ if isinstance(event, TERMINAL_EVENTS):
+                out.terminal = event
+            case UsageRecorded():
+                out.usage = event.total
+            case StepFinished() | CriticVerdict() | WorkFailed() | OutcomeRefused() \
+                    | StepFailed():
+                pass  # their messages come again and re-derive them, without a new event
+    state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
+    return out
+
+
+def task_id(run_id: str, step_id: int, attempt: int, fence: int) -> str:
+    """A task's ``Nats-Msg-Id``: one per attempt and owner, so a planner that took the run
+    over never has its task taken for a duplicate of one its predecessor sent."""
+    return f"{run_id}/{step_id}/{attempt}/f{fence}"
+
+
+def _known(state: RunState, step_id: int) -> bool:
+    try:
+        state.scheduler.state(step_id)
+    except StepStateError:
+        return False  # dropped by a replan, or never planned
+    return step_id in state.meta
+
+
+def _current(state: RunState, step_id: int, attempt: int) -> bool:
+    s = state.scheduler
+    return _known(state, step_id) and s.state(step_id) is StepState.RUNNING \
+        and s.attempt(step_id) == attempt

@@ -1,0 +1,149 @@
+"""Every wait of a run has a deadline; this is where they are kept.
+
+A step attempt fails when it runs past its start-to-close timeout, when the executor that
+claimed it stops listing it in its heartbeats, or when no live process serves its role;
+a review and a synthesis have timeouts of their own, and so may the whole run. Passing
+one is a ``step.failed`` event (the attempt is retried or replanned like any failure) or
+a ``run.failed`` one, with a reason that says which deadline and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from protocols import Step, Stream
+from runtime.bus import Fenced
+from runtime.scheduler import StepState
+
+from .run_state import RunFailure, StepMeta
+
+if TYPE_CHECKING:
+    from .run import Run
+
+log = logging.getLogger(__name__)
+
+TICK = 1.0
+"""Longest pause between two checks of a run's clocks (shorter with short timeouts)."""
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A step attempt whose deadline passed."""
+
+    step: Step
+    attempt: int
+    cause: str
+    error: str
+    retry: bool
+
+
+async def watch(run: Run) -> None:
+    """Check the run's clocks until the run ends (run beside ``Run.drive``)."""
+    timeouts = run.team.timeouts
+    tick = max(0.05, min(TICK, timeouts.heartbeat / 4, timeouts.unserved / 4))
+    while run.record.status == "active":
+        await anyio.sleep(tick)
+        try:
+            await check(run)
+        except Fenced:
+            run.scope.cancel()
+            return
+        except Exception as exc:  # a bus hiccup: look again at the next tick
+            log.warning("run %s: checking its deadlines failed: %s", run.run_id, exc)
+
+
+async def check(run: Run) -> None:
+    now, timeouts = time.time(), run.team.timeouts
+    if run.record.deadline and now > run.record.deadline:
+        allowed = run.record.deadline - run.record.started_at
+        run.abort(RunFailure("runtime", f"the run did not end within its {allowed:g}s "
+                             "timeout (RunRequest.timeout or [timeouts] run)", "deadline"))
+        return
+    if run.synthesis_since:
+        waited = now - run.synthesis_since
+        if waited > timeouts.synthesis:
+            run.abort(RunFailure("synthesize", f"the synthesizer gave no decision within "
+                                 f"{timeouts.synthesis:g}s ([timeouts] synthesis)",
+                                 "synthesis_timeout"))
+            return
+        why = await _unserved(run, "synthesizer", "synthesis", run.synthesis_since)
+        if why:
+            run.abort(RunFailure("synthesize", why, "unserved"))
+            return
+    expired: list[Expired] = []
+    async with run.lock:
+        if run.record.status != "active" or run.events.closed:
+            return
+        for step in run.scheduler.steps:
+            if run.state_of(step.id) is StepState.RUNNING:
+                found = await _expired(run, step, run.meta[step.id], now)
+                if found is not None:
+                    expired.append(found)
+        for e in expired:
+            log.warning("run %s: step %d attempt %d: %s", run.run_id, e.step.id, e.attempt,
+                        e.error)
+            await run.forget_tasks([e.step.id])
+            await run.step_failed(e.step, e.attempt, e.error, e.retry, e.cause)
+    if expired:
+        await run.save()
+
+
+async def _expired(run: Run, step: Step, meta: StepMeta, now: float) -> Expired | None:
+    timeouts, attempt = run.team.timeouts, run.scheduler.attempt(step.id)
+    retry = attempt < run.team.step_attempts
+
+    def expired(cause: str, error: str, again: bool = retry) -> Expired:
+        return Expired(step, attempt, cause, error, again)
+
+    if meta.review_output is not None:
+        if now - meta.review_sent_at > timeouts.review:
+            return expired("review_timeout", f"the critic gave no verdict within "
+                           f"{timeouts.review:g}s ([timeouts] review)")
+        why = await _unserved(run, "critic", "review", meta.review_sent_at)
+        return expired("unserved", why, False) if why else None
+    if not meta.claimants:
+        why = await _unserved(run, None, f"step-{step.role}", meta.dispatched_at, step.role)
+        return expired("unserved", why, False) if why else None
+    limit = run.team.step_timeout(step.role, step.timeout)
+    running = now - meta.claimed_at
+    if running > limit + min(30.0, max(2.0, limit / 10)):  # the executor's own answer first
+        return expired("timeout", f"timed out: attempt {attempt} ran {running:.0f}s, past "
+                       f"its {limit:g}s start-to-close timeout (set step_timeout under "
+                       f"[roles.{step.role}], or timeout on the step)")
+    liveness = run.planner.liveness
+    if liveness.listening(run.bus.settings.heartbeat_interval):
+        silent = liveness.reporting(meta.executor, f"{run.run_id}/{step.id}", meta.claimed_at)
+        if silent is not None and silent > timeouts.heartbeat:
+            return expired("heartbeat", f"{meta.executor} stopped reporting attempt "
+                           f"{attempt}: no heartbeat listed it for {silent:.0f}s (heartbeat "
+                           f"timeout {timeouts.heartbeat:g}s); it died, hung or dropped it")
+    return None
+
+
+async def _unserved(run: Run, kind: str | None, consumer: str, since: float,
+                    role: str | None = None) -> str:
+    """Why nobody will do this work (no live instance for ``[timeouts] unserved``), or "".
+
+    ``role`` names an executor role; else the team's roles of ``kind`` serve it.
+    """
+    wait = run.team.timeouts.unserved
+    if time.time() - since <= wait:
+        return ""
+    roles = [role] if role is not None else run.team.kind_roles(kind or "")
+    liveness = run.planner.liveness
+    if liveness.live(roles) or liveness.silent_for(roles) <= wait:
+        return ""
+    if await liveness.consumer_active(Stream.WORK, consumer):
+        return ""  # a worker that sends no heartbeats is pulling this work
+    what = f"role {role!r}" if role is not None else f"{kind} ({', '.join(roles) or 'none'})"
+    if not roles:
+        return (f"the team has no {kind} role, so nobody can do this; add one to the team "
+                "file")
+    return (f"no live process serves {what}: no heartbeat and nothing pulling {consumer} for "
+            f"{liveness.silent_for(roles):.0f}s; start one with `plancast worker --role "
+            f"{roles[0]}` (with --nats pointing at this deployment)")
