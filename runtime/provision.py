@@ -1,19 +1,65 @@
-"""Create or update the streams and buckets a deployment needs; safe to run on every start."""
+"""Create or update the streams and buckets a deployment needs; safe to run on every start.
+
+Provisioning happens while servers may still be starting, electing leaders or losing a
+node, so JetStream timeouts and "unavailable" answers are retried (with backoff, up to
+the ``Retry`` deadline the caller passes in); an error that will not pass on its own, or
+the deadline, ends it with one ``ProvisionError`` line saying what to check.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import anyio
 from nats.js import api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from protocols import Stream, objects_bucket, runs_bucket, stream_name
+
+from .bus import TRANSIENT
+from .errors import PlancastError
 
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW = 120.0
 """Seconds within which a re-published ``Nats-Msg-Id`` is recognised as the same task."""
+
+TRANSIENT_ERR_CODES = frozenset({10008, 10118})
+"""JetStream error codes that pass on their own: "JetStream system temporarily
+unavailable" and "stream is offline" (a cluster electing leaders or missing a node)."""
+STREAM_NAME_IN_USE = 10058
+"""``add_stream`` lost a race: someone created the stream meanwhile."""
+
+_COMPARED = ("description", "subjects", "max_age", "max_msg_size", "num_replicas",
+             "duplicate_window")
+"""Stream settings provisioning owns: an existing stream is updated when one differs."""
+
+
+class ProvisionError(PlancastError):
+    """The deployment's streams or buckets could not be created or updated."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How long provisioning keeps trying through transient failures, and how it backs off."""
+
+    deadline: float = 30.0
+    """Seconds from the start of ``provision`` after which a still-failing step is an error."""
+    first_delay: float = 0.1
+    """Seconds before the first retry; doubled after each failure."""
+    max_delay: float = 2.0
+    """Longest pause between two attempts."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that pass on their own: timeouts, no responders, reconnects, 503s."""
+    if isinstance(exc, TRANSIENT):
+        return True
+    return isinstance(exc, APIError) and (exc.code == 503 or exc.err_code in TRANSIENT_ERR_CODES)
 
 
 def stream_configs(
@@ -41,19 +87,100 @@ def stream_configs(
 
 async def provision(
     js: Any, prefix: str, *, replicas: int = 1, event_max_age: float = 7 * 86400.0,
-    max_msg_size: int = -1,
+    max_msg_size: int = -1, retry: Retry | None = None, where: str = "NATS",
 ) -> None:
-    """Make the deployment's streams, run-state bucket and object store exist as configured."""
-    for config in stream_configs(
-        prefix, replicas=replicas, event_max_age=event_max_age, max_msg_size=max_msg_size
-    ):
+    """Make the deployment's streams, run-state bucket and object store exist as configured.
+
+    Idempotent: what exists with the right settings is left alone, a stream whose
+    settings differ (new subjects from a newer version, say) is updated. ``where`` names
+    the server(s) in errors.
+    """
+    retry = retry or Retry()
+    until = anyio.current_time() + retry.deadline
+    steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        (f"stream {config.name}", partial(_ensure_stream, js, config))
+        for config in stream_configs(
+            prefix, replicas=replicas, event_max_age=event_max_age, max_msg_size=max_msg_size
+        )
+    ]
+    steps.append((f"key-value bucket {runs_bucket(prefix)}",
+                  partial(_ensure_runs_bucket, js, prefix, replicas)))
+    steps.append((f"object store {objects_bucket(prefix)}",
+                  partial(_ensure_object_store, js, prefix, replicas, event_max_age)))
+    for what, step in steps:
+        await _retrying(what, step, retry, until, where)
+
+
+async def _retrying(what: str, step: Callable[[], Awaitable[None]], retry: Retry,
+                    until: float, where: str) -> None:
+    delay = retry.first_delay
+    while True:
         try:
-            await js.stream_info(config.name)
-        except NotFoundError:
+            await step()
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                raise ProvisionError(
+                    f"cannot create or update {what} on {where}: {_describe(exc)}; check "
+                    "PLANCAST_REPLICAS against the cluster's size and the server's JetStream "
+                    "limits"
+                ) from exc
+            left = until - anyio.current_time()
+            if left <= 0:
+                raise ProvisionError(
+                    f"cannot create or update {what} on {where}: JetStream still failing after "
+                    f"{retry.deadline:g}s ({_describe(exc)}); check that the server runs with "
+                    "JetStream enabled and, on a cluster, that most nodes are up"
+                ) from exc
+            pause = min(delay, left)
+            log.log(logging.INFO if delay == retry.first_delay else logging.DEBUG,
+                    "provisioning %s failed (%s); retrying for up to %.0fs more", what,
+                    _describe(exc), left)
+            await anyio.sleep(pause)
+            delay = min(delay * 2, retry.max_delay)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, APIError):
+        if exc.code is None:  # nats-py's stand-in for "no responders"
+            return "no JetStream answered"
+        return f"{exc.description or type(exc).__name__} (code {exc.code}, error {exc.err_code})"
+    return str(exc) or type(exc).__name__
+
+
+def _differences(current: api.StreamConfig, desired: api.StreamConfig) -> list[str]:
+    have: dict[str, Any] = current.as_dict()
+    want: dict[str, Any] = desired.as_dict()
+    changed = []
+    for key in _COMPARED:
+        old, new = have.get(key), want.get(key)
+        if key == "subjects":
+            old, new = sorted(old or []), sorted(new or [])
+        else:
+            old, new = old or 0, new or 0
+        if old != new:
+            changed.append(key)
+    return changed
+
+
+async def _ensure_stream(js: Any, config: api.StreamConfig) -> None:
+    try:
+        info = await js.stream_info(config.name)
+    except NotFoundError:
+        try:
             await js.add_stream(config)
             log.debug("created stream %s", config.name)
-        else:
-            await js.update_stream(config)
+            return
+        except APIError as exc:
+            if exc.err_code != STREAM_NAME_IN_USE:
+                raise
+            info = await js.stream_info(config.name)  # created meanwhile, by another process
+    if changed := _differences(info.config, config):
+        await js.update_stream(config)
+        log.info("updated stream %s: %s", config.name, ", ".join(changed))
+
+
+async def _ensure_runs_bucket(js: Any, prefix: str, replicas: int) -> None:
     try:
         await js.key_value(runs_bucket(prefix))
     except BucketNotFoundError:
@@ -66,6 +193,9 @@ async def provision(
                 storage=api.StorageType.FILE,
             )
         )
+
+
+async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float) -> None:
     try:
         await js.object_store(objects_bucket(prefix))
     except (BucketNotFoundError, NotFoundError):
@@ -73,7 +203,7 @@ async def provision(
             objects_bucket(prefix),
             config=api.ObjectStoreConfig(
                 description="plancast payloads too large for a message",
-                ttl=event_max_age,
+                ttl=ttl,
                 replicas=replicas,
                 storage=api.StorageType.FILE,
             ),
