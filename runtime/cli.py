@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from protocols import RunFinished, RunRequest, encode, json_schema
@@ -54,6 +55,11 @@ CredsOpt = Annotated[
 PrefixOpt = Annotated[
     str | None, typer.Option("--prefix", envvar="PLANCAST_PREFIX", help="Subject prefix.")
 ]
+ConnectTimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--connect-timeout", envvar="PLANCAST_CONNECT_TIMEOUT", min=0.1,
+                 help="Seconds to wait for the first connection to NATS; default 5."),
+]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
 TeamOpt = Annotated[
     Path | None,
@@ -63,7 +69,8 @@ TeamOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print events as NDJSON.")]
 
 
-def build_settings(nats: str | None, creds: Path | None, prefix: str | None) -> Settings:
+def build_settings(nats: str | None, creds: Path | None, prefix: str | None,
+                   connect_timeout: float | None = None) -> Settings:
     """Settings from the environment and ``.env``, with command-line flags on top."""
     overrides: dict[str, Any] = {}
     if nats:
@@ -72,6 +79,8 @@ def build_settings(nats: str | None, creds: Path | None, prefix: str | None) -> 
         overrides["creds"] = creds
     if prefix:
         overrides["prefix"] = prefix
+    if connect_timeout is not None:
+        overrides["connect_timeout"] = connect_timeout
     return Settings(**overrides)
 
 
@@ -122,15 +131,39 @@ def _team(path: Path | None) -> TeamConfig:
     return load_team(path)
 
 
-def _run_async(main: Callable[[], Awaitable[int]]) -> None:
-    """Run ``main``; plancast's own errors print what to do and exit 2."""
+def _expected(exc: BaseException) -> BaseException | None:
+    """The error to report in one line: plancast's own or a connection error, also when a
+    task group wrapped it; None for anything else (a bug: that gets a traceback)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, PlancastError | ConnectionError) else None
+
+
+def print_error(message: str) -> None:
+    """One line on stderr, never wrapped (the message is not markup)."""
+    err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> None:
+    """Run ``main``; plancast's own errors print what to do in one line and exit 2.
+
+    Anything else is a bug: one line naming it, and the traceback with ``--verbose``.
+    """
     try:
         code = anyio.run(main)
-    except (PlancastError, ConnectionError) as exc:
-        err_console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except Exception as exc:
+        if (expected := _expected(exc)) is not None:
+            if verbose:
+                logging.getLogger("plancast").debug("the error, in full:", exc_info=exc)
+            print_error(str(expected))
+            raise typer.Exit(2) from None
+        if verbose:
+            raise
+        print_error(f"unexpected {type(exc).__name__}: {exc} (run again with --verbose for "
+                    "the traceback, and please report it)")
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
@@ -180,7 +213,7 @@ def demo(
                                            builtin_tools()) as bus:
                     return await _run_and_show(bus, RunRequest(goal=goal), as_json)
 
-    _run_async(main)
+    _run_async(main, verbose=verbose)
 
 
 @app.command()
@@ -190,6 +223,7 @@ def run(
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
     as_json: JsonOpt = False,
     max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
     max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
@@ -197,7 +231,7 @@ def run(
 ) -> None:
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
     setup_logging(verbose, quiet=True)
-    settings = build_settings(nats, creds, prefix)
+    settings = build_settings(nats, creds, prefix, connect_timeout)
     request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
 
     async def main() -> int:
@@ -209,7 +243,7 @@ def run(
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
-    _run_async(main)
+    _run_async(main, verbose=verbose)
 
 
 @app.command()
@@ -219,11 +253,12 @@ def worker(
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve actors of the named roles until SIGTERM/SIGINT (then drain)."""
     setup_logging(verbose)
-    _serve(build_settings(nats, creds, prefix), _team(team), role)
+    _serve(build_settings(nats, creds, prefix, connect_timeout), team, role, verbose)
 
 
 @app.command()
@@ -232,11 +267,12 @@ def up(
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve every role of the team in this process until SIGTERM/SIGINT."""
     setup_logging(verbose)
-    _serve(build_settings(nats, creds, prefix), _team(team), None)
+    _serve(build_settings(nats, creds, prefix, connect_timeout), team, None, verbose)
 
 
 @app.command("status")
@@ -248,6 +284,7 @@ def status_command(
     ] = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
     wait: Annotated[
         float | None,
         typer.Option("--wait", min=0.0,
@@ -260,12 +297,10 @@ def status_command(
 ) -> None:
     """Show the live actors (from their heartbeats) and the active runs of a deployment."""
     setup_logging(verbose, quiet=True)
-    settings = build_settings(nats, creds, prefix)
+    settings = build_settings(nats, creds, prefix, connect_timeout)
     if not settings.nats_url:
-        err_console.print(
-            "[red]error:[/] plancast status needs a running deployment: pass --nats URL or set "
-            "NATS_URL. (An embedded server started here would be empty.)"
-        )
+        print_error("plancast status needs a running deployment: pass --nats URL or set "
+                    "NATS_URL (an embedded server started here would be empty)")
         raise typer.Exit(2)
     window = HEARTBEAT_WINDOWS * settings.heartbeat_interval if wait is None else wait
 
@@ -278,11 +313,13 @@ def status_command(
             render_status(found, console, wait=window)
         return 0
 
-    _run_async(main)
+    _run_async(main, verbose=verbose)
 
 
-def _serve(settings: Settings, team_config: TeamConfig, roles: list[str] | None) -> None:
+def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
+           verbose: bool) -> None:
     async def main() -> int:
+        team_config = _team(team)
         tools = builtin_tools(files_root=team_config.files_root)
         async with open_bus(settings) as bus:
             actors = build_team_actors(bus, team_config, tools, roles)
@@ -292,7 +329,7 @@ def _serve(settings: Settings, team_config: TeamConfig, roles: list[str] | None)
             await serve_actors(actors)
         return 0
 
-    _run_async(main)
+    _run_async(main, verbose=verbose)
 
 
 def main() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import jsonschema
 import msgspec
 import pytest
 
 from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, StepFinished
+from runtime.embedded import NatsServerProcess
 from runtime.process import open_deployment
 from runtime.role import RoleContext, UnknownRole, build_actor
 from runtime.settings import Settings
@@ -18,7 +20,7 @@ from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from ..actors.harness import echo, finish, make_team, plan_line
-from ..subprocesses import clean_env, events_of, plancast
+from ..subprocesses import clean_env, events_of, plancast, stderr_tail
 
 GOOD = [echo(1, "hello"), echo(2, "$1, world")]
 RULES = [
@@ -117,6 +119,56 @@ async def test_demo_json_finishes(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     events = events_of(result)
     assert isinstance(events[-1], RunFinished) and "1.235" in events[-1].answer
+
+
+# -- unreachable NATS ----------------------------------------------------------------------
+
+UNREACHABLE = "nats://127.0.0.1:1"
+STARTUP_SLACK = 20.0
+"""Seconds a command may take beyond its connect timeout: starting Python and importing
+plancast on a busy two-core machine."""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", [["run", "a goal"], ["status"], ["worker", "--role", "r"]],
+                         ids=["run", "status", "worker"])
+async def test_commands_give_up_on_an_unreachable_nats_within_the_connect_timeout(
+    command: list[str], tmp_path: Path,
+) -> None:
+    """No server at --nats: exit 2 within the connect timeout, with exactly one line on
+    stderr naming the URL, rather than a warning twice a second forever."""
+    (tmp_path / "plancast.toml").write_text('[roles.r]\ntools = ["echo"]\ntool_steps_only = true\n')
+    begun = anyio.current_time()
+    result = await plancast(*command, "--nats", UNREACHABLE, "--connect-timeout", "2",
+                            cwd=tmp_path)
+    elapsed = anyio.current_time() - begun
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 2, stderr_tail(result)
+    assert len(lines) == 1 and UNREACHABLE in lines[0], lines
+    assert lines[0].startswith("error: cannot connect to NATS"), lines
+    assert elapsed < 2 + STARTUP_SLACK
+
+
+@pytest.mark.anyio
+async def test_the_connect_timeout_comes_from_the_environment_too(tmp_path: Path) -> None:
+    env = clean_env(PLANCAST_CONNECT_TIMEOUT="1.5", NATS_URL=UNREACHABLE)
+    result = await plancast("status", cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert "within 1.5s" in result.stderr.decode()
+
+
+@pytest.mark.anyio
+async def test_a_worker_on_a_server_without_jetstream_exits_with_one_line(tmp_path: Path) -> None:
+    """Provisioning retries until its deadline, then says what to check, in one line."""
+    (tmp_path / "plancast.toml").write_text('[roles.r]\ntools = ["echo"]\ntool_steps_only = true\n')
+    with NatsServerProcess(tmp_path / "nats", jetstream=False) as server:
+        result = await plancast("worker", "--role", "r", "--nats", server.url, cwd=tmp_path,
+                                env=clean_env(PLANCAST_PUBLISH_RETRY_FOR="1"))
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 2, stderr_tail(result)
+    errors = [line for line in lines if line.startswith("error:")]
+    assert errors == lines[-1:] and "JetStream enabled" in errors[0], lines
+    assert len(lines) <= 4, "one note that it waits (wrapped by the log handler), one error"
 
 
 # -- schema and roles ----------------------------------------------------------------------
