@@ -11,11 +11,13 @@ from rich.text import Text
 
 from protocols import (
     CriticVerdict,
+    OutcomeRefused,
     PlanRejected,
     ReplanStarted,
     RunEvent,
     RunFailed,
     RunFinished,
+    RunResumed,
     RunStarted,
     StepDispatched,
     StepFailed,
@@ -24,6 +26,7 @@ from protocols import (
     StepStarted,
     Usage,
     UsageRecorded,
+    WorkFailed,
 )
 
 _STYLE = {"planned": "dim", "dispatched": "yellow", "running": "cyan", "done": "green",
@@ -88,6 +91,16 @@ class RunView:
                 self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
             case UsageRecorded():
                 self.usage = event.total
+            case RunResumed():
+                self.notes.append(f"taken over by {event.planner} (from {event.previous})")
+            case WorkFailed():
+                what = event.work + (f" {event.step_id}" if event.step_id else "")
+                again = "retrying" if event.will_retry else "given up"
+                self.notes.append(f"{what} failed on {event.actor} ({again}): "
+                                  f"{event.error[:100]}")
+            case OutcomeRefused():
+                self.notes.append(f"refused {event.kind} from {event.sender or '?'}: "
+                                  f"{event.reason[:100]}")
             case RunFinished() | RunFailed():
                 self.outcome = event
                 self.usage = event.usage

@@ -5,13 +5,16 @@ from __future__ import annotations
 from rich.console import Console
 
 from protocols import (
+    OutcomeRefused,
     PlanRejected,
     RunFinished,
+    RunResumed,
     RunStarted,
     Step,
     StepDispatched,
     StepFinished,
     StepPlanned,
+    WorkFailed,
 )
 from runtime.view import RunView
 
@@ -43,3 +46,21 @@ def test_a_rejected_plans_undispatched_steps_leave_the_table() -> None:
     console = Console(width=120, record=True)
     console.print(view.render())
     assert "r: g" in console.export_text()
+
+
+def test_takeovers_failed_work_and_refused_outcomes_show_as_notes() -> None:
+    view = RunView("r")
+    for event in [
+        RunStarted(run_id="r", seq=1, goal="g"),
+        RunResumed(run_id="r", seq=2, planner="planner/b", previous="planner/a"),
+        WorkFailed(run_id="r", seq=3, work="synthesis", actor="synthesizer/x",
+                   error="HTTP 500", will_retry=True),
+        OutcomeRefused(run_id="r", seq=4, kind="step.result", step_id=1, attempt=1,
+                       sender="js/forger", reason="never claimed"),
+    ]:
+        view.apply(event)
+    assert view.notes == [
+        "taken over by planner/b (from planner/a)",
+        "synthesis failed on synthesizer/x (retrying): HTTP 500",
+        "refused step.result from js/forger: never claimed",
+    ]
