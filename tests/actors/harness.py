@@ -35,6 +35,8 @@ from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model
 from runtime.tools import ToolRegistry, builtin_tools
 from runtime.view import RunView
 
+from ..invariants import event_log_violations
+
 E = TypeVar("E")
 
 RUN_TIMEOUT = 60.0
@@ -140,11 +142,13 @@ def last_user_message(request: RecordedRequest) -> str:
 
 
 def check_sequence(events: Sequence[RunEvent]) -> None:
-    """Events are numbered 1..n with no gap, in order, and only the last one is terminal."""
+    """Events are numbered 1..n with no gap, in order, only the last one is terminal, and
+    the log keeps every rule of ``tests.invariants``."""
     listing = "\n".join(f"  {e.seq:3} {_describe(e)}" for e in events)
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), listing
     terminal = [isinstance(e, RunFinished | RunFailed) for e in events]
     assert terminal == [False] * (len(events) - 1) + [True], listing
+    assert event_log_violations(events) == [], listing
 
 
 async def run_team(

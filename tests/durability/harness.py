@@ -18,6 +18,8 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Scenario, parse_scenario
 
+from ..invariants import event_log_violations
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"PLANCAST_ACK_WAIT": "1.5", "PLANCAST_RUN_LEASE": "1.5",
         "PLANCAST_HEARTBEAT_INTERVAL": "0.5", "PLANCAST_DRAIN_TIMEOUT": "1"}
@@ -137,9 +139,18 @@ class Events:
                 and (step_id is None or getattr(e, "step_id", None) == step_id)]
 
     async def finished(self) -> RunFinished:
+        """Wait for the run to finish; its whole log must keep ``tests.invariants``' rules."""
         event = await self.until(lambda e: isinstance(e, RunFinished))
         assert isinstance(event, RunFinished)
+        self.check()
         return event
+
+    def check(self) -> None:
+        """The events so far break no rule (the run's end rules apply once it ended)."""
+        ended = bool(self.items) and isinstance(self.items[-1], RunFinished | RunFailed)
+        violations = event_log_violations(self.items, complete=ended)
+        listing = "\n".join(f"  {e.seq:3} {e!r:.220}" for e in self.items)
+        assert violations == [], "\n".join([*violations, listing])
 
 
 @asynccontextmanager

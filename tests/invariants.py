@@ -1,0 +1,209 @@
+"""What every run's event log must satisfy, whatever failed while it ran.
+
+``event_log_violations(events)`` reads one run's events in sequence order (as
+``runtime.client.follow`` yields them) and returns what is wrong, one sentence each; an
+empty list means the log is consistent. The pipeline tests, the kill tests and the chaos
+suite all call it, so a change to delivery, state or the planner is judged by the same
+rules everywhere:
+
+- the sequence is 1..n, and exactly one terminal event ends it;
+- an attempt is dispatched at most once and has at most one outcome; nothing happens to
+  an attempt before its dispatch (nor is it started after its outcome); attempt a+1 is
+  dispatched only after attempt a failed with ``will_retry``;
+- planned step ids are unique (a step discarded with a rejected plan may be planned
+  again); a dispatched step was planned, and every step it depends on had finished;
+- a finished run settled every step of its last round: finished, given up, or blocked
+  behind one given up, and no attempt of that round is left without an outcome;
+- once a replan starts, the unfinished steps of earlier rounds see no more dispatches,
+  starts or finishes (refused outcomes about them are fine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from protocols import (
+    PlanRejected,
+    ReplanStarted,
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    Step,
+    StepDispatched,
+    StepFailed,
+    StepFinished,
+    StepPlanned,
+    StepStarted,
+)
+
+Attempt = tuple[int, int]
+"""(step id, attempt)."""
+
+
+def event_log_violations(events: Sequence[RunEvent], *, complete: bool = True) -> list[str]:
+    """Every broken rule in one run's events (in seq order); empty if none.
+
+    ``complete=False`` checks a log that may still grow (a run that has not ended yet, or
+    never will): the terminal-event rules are skipped, everything else applies.
+    """
+    found = _sequence(events, complete)
+    checker = _StepRules()
+    for event in events:
+        checker.apply(event)
+    found += checker.violations
+    if events and isinstance(events[-1], RunFinished):
+        found += checker.settled_when_finished(events[-1].seq)
+    return found
+
+
+def _sequence(events: Sequence[RunEvent], complete: bool) -> list[str]:
+    found: list[str] = []
+    expected = 1
+    for event in events:
+        if event.seq != expected:
+            what = "repeats" if event.seq < expected else "skips to"
+            found.append(f"seq: event {expected} {what} {event.seq} ({_name(event)})")
+            expected = event.seq
+        expected += 1
+    terminal = [e for e in events if isinstance(e, RunFinished | RunFailed)]
+    if complete and not terminal:
+        found.append("no terminal event (run.finished or run.failed)")
+    if len(terminal) > 1:
+        found.append("more than one terminal event: seq "
+                     + ", ".join(str(e.seq) for e in terminal))
+    if terminal and terminal[0] is not events[-1]:
+        found.append(f"events after the terminal event at seq {terminal[0].seq}")
+    return found
+
+
+@dataclass
+class _StepRules:
+    """Walks the log once, keeping what each rule needs to know so far."""
+
+    violations: list[str] = field(default_factory=list)
+    steps: dict[int, Step] = field(default_factory=dict)
+    """The latest definition of every planned step."""
+    round_of: dict[int, int] = field(default_factory=dict)
+    """Which replan generation (count of ReplanStarted before it) planned each step."""
+    generation: int = 0
+    last_round: set[int] = field(default_factory=set)
+    """Steps the current round must settle (planned since the last replan, not discarded)."""
+    dispatched: dict[Attempt, int] = field(default_factory=dict)
+    """Attempt → seq of its dispatch."""
+    dispatched_steps: set[int] = field(default_factory=set)
+    outcome: dict[Attempt, StepFinished | StepFailed] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+    given_up: set[int] = field(default_factory=set)
+
+    def bad(self, event: RunEvent, text: str) -> None:
+        self.violations.append(f"seq {event.seq} {_name(event)}: {text}")
+
+    def apply(self, event: RunEvent) -> None:
+        match event:
+            case StepPlanned():
+                self._planned(event)
+            case PlanRejected():
+                # Steps not dispatched yet are discarded: the corrected plan may redo them.
+                self.last_round &= self.dispatched_steps
+            case ReplanStarted():
+                self.generation += 1
+                self.last_round = set()
+            case StepDispatched():
+                self._dispatched(event)
+            case StepStarted():
+                self._touches(event, event.step_id, event.attempt)
+                if (event.step_id, event.attempt) in self.outcome:
+                    self.bad(event, "started after the attempt's outcome")
+            case StepFinished() | StepFailed():
+                self._outcome(event)
+            case _:
+                pass
+
+    def _planned(self, event: StepPlanned) -> None:
+        sid = event.step.id
+        if sid in self.steps:
+            again = sid not in self.last_round and sid not in self.dispatched_steps \
+                and self.round_of[sid] == self.generation
+            if not again:
+                self.bad(event, f"step {sid} was planned before")
+        self.steps[sid] = event.step
+        self.round_of[sid] = self.generation
+        self.last_round.add(sid)
+
+    def _dispatched(self, event: StepDispatched) -> None:
+        key = (event.step_id, event.attempt)
+        step = self.steps.get(event.step_id)
+        if step is None:
+            self.bad(event, f"step {event.step_id} was never planned")
+        if key in self.dispatched:
+            self.bad(event, f"attempt {event.attempt} of step {event.step_id} was already "
+                            f"dispatched at seq {self.dispatched[key]}")
+        self._abandoned(event, event.step_id)
+        if event.attempt > 1:
+            before = self.outcome.get((event.step_id, event.attempt - 1))
+            if not (isinstance(before, StepFailed) and before.will_retry):
+                self.bad(event, f"attempt {event.attempt} of step {event.step_id} without "
+                                f"a failed attempt {event.attempt - 1} that will retry")
+        if step is not None:
+            missing = [d for d in step.depends_on if d not in self.finished]
+            if missing:
+                self.bad(event, f"step {event.step_id} dispatched before its dependencies "
+                                f"{missing} finished")
+        self.dispatched.setdefault(key, event.seq)
+        self.dispatched_steps.add(event.step_id)
+
+    def _outcome(self, event: StepFinished | StepFailed) -> None:
+        key = (event.step_id, event.attempt)
+        if isinstance(event, StepFinished):
+            self._touches(event, *key)
+        elif key not in self.dispatched:
+            self.bad(event, f"attempt {event.attempt} of step {event.step_id} failed "
+                            f"({event.cause or 'error'}) but was never dispatched")
+        if key in self.outcome:
+            self.bad(event, f"attempt {event.attempt} of step {event.step_id} already had "
+                            f"an outcome at seq {self.outcome[key].seq}")
+            return
+        self.outcome[key] = event
+        if isinstance(event, StepFinished):
+            self.finished.add(event.step_id)
+        elif not event.will_retry:
+            self.given_up.add(event.step_id)
+
+    def _touches(self, event: StepStarted | StepFinished, step_id: int, attempt: int) -> None:
+        """A start or a finish: its attempt was dispatched, its round is not over."""
+        if (step_id, attempt) not in self.dispatched:
+            self.bad(event, f"attempt {attempt} of step {step_id} was never dispatched")
+        self._abandoned(event, step_id)
+
+    def _abandoned(self, event: RunEvent, step_id: int) -> None:
+        old = self.round_of.get(step_id, self.generation) < self.generation
+        if old and step_id not in self.finished:
+            self.bad(event, f"step {step_id} belongs to a round a replan ended")
+
+    def settled_when_finished(self, seq: int) -> list[str]:
+        """The run finished: its last round's steps all reached an end."""
+        found: list[str] = []
+        ended = self.finished | self.given_up
+        blocked: set[int] = set()
+        grew = True
+        while grew:  # blocked behind a step given up, directly or through blocked ones
+            grew = False
+            for sid in self.last_round - ended - blocked:
+                if any(d in self.given_up or d in blocked for d in self.steps[sid].depends_on):
+                    blocked.add(sid)
+                    grew = True
+        for sid in sorted(self.last_round - ended - blocked):
+            found.append(f"seq {seq} run.finished: step {sid} of the last round neither "
+                         "finished nor failed for good (nor waits behind one that failed)")
+        for (sid, attempt), at in sorted(self.dispatched.items()):
+            if sid in self.last_round and (sid, attempt) not in self.outcome:
+                found.append(f"seq {seq} run.finished: attempt {attempt} of step {sid} "
+                             f"(dispatched at seq {at}) has no outcome")
+        return found
+
+
+def _name(event: RunEvent) -> str:
+    tag = str(type(event).__struct_config__.tag)
+    step, attempt = getattr(event, "step_id", None), getattr(event, "attempt", 0)
+    return tag if step is None else f"{tag}(step {step}, attempt {attempt})"
