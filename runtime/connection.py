@@ -37,6 +37,8 @@ ATTEMPT_TIMEOUT = 2.0
 first connection and every reconnect after it."""
 RECONNECT_WAIT = 0.5
 """Seconds between two attempts at the same server."""
+MIN_ATTEMPT = 0.05
+"""Seconds left before the deadline below which no further attempt is started."""
 FIRST_ROUND_ATTEMPTS = 1
 """nats-py's ``max_reconnect_attempts`` while the first connection is made: each server is
 tried twice per round, then the round fails and we back off (``-1`` would never fail)."""
@@ -111,6 +113,12 @@ class _Watch:
                 "reconnected_cb": self.on_reconnect}
 
 
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no NATS handshake before the deadline"
+    return str(exc) or type(exc).__name__
+
+
 async def _discard(nc: NatsClient) -> None:
     """Close a client whose first connection failed or was cancelled: no socket or task of
     it outlives this call."""
@@ -140,7 +148,7 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
             # The deadline also cuts short an attempt that hangs (a server that accepts
             # the TCP connection and never answers); _discard then closes what it opened.
             with anyio.fail_after(left):
-                options["connect_timeout"] = max(min(left, ATTEMPT_TIMEOUT), 0.05)
+                options["connect_timeout"] = max(min(left, ATTEMPT_TIMEOUT), MIN_ATTEMPT)
                 await nc.connect(servers=servers, **options, **watch.callbacks())
         except Exception as exc:  # nats-py raises OSError, its own errors, timeouts ...
             await _discard(nc)
@@ -150,13 +158,13 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
                     f"NATS at {url} refused our credentials ({cause}): check --creds / "
                     "NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_TOKEN"
                 ) from exc
-            if anyio.current_time() + delay >= deadline:
+            if deadline - anyio.current_time() < MIN_ATTEMPT:
                 raise NatsUnreachable(
-                    f"cannot connect to NATS at {url} within {timeout:g}s ({cause}): start "
+                    f"cannot connect to NATS at {url} within {timeout:g}s ({_why(cause)}): start "
                     "the server, fix --nats / NATS_URL, or allow longer with "
                     "--connect-timeout / PLANCAST_CONNECT_TIMEOUT"
                 ) from exc
-            await anyio.sleep(delay)
+            await anyio.sleep(min(delay, deadline - anyio.current_time() - MIN_ATTEMPT))
             delay = min(delay * 2, 1.0)
             continue
         nc.options["max_reconnect_attempts"] = -1

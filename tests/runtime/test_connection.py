@@ -123,6 +123,7 @@ async def test_open_bus_gives_up_within_the_connect_timeout(server: str) -> None
     assert elapsed < settings.connect_timeout + SLACK
     message = str(err.value)
     assert url in message and "--connect-timeout" in message and "\n" not in message
+    assert "()" not in message, "the cause is named"
     assert isinstance(err.value, ConnectionError)
     assert logged.warnings() == [], "attempts before the first connection are not warnings"
 
