@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +38,7 @@ from protocols import (
     WorkError,
     decode,
     encode,
+    new_run_id,
     run_key,
     runs_bucket,
     step_keys,
@@ -63,9 +63,6 @@ RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanReque
 NOT_OURS_DELAY = 1.0
 """Seconds before an outcome for a run another planner drives is offered again."""
 
-
-def new_run_id() -> str:
-    return f"run-{secrets.token_hex(6)}"
 
 
 class Planner(RoleActor):

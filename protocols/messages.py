@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated, Literal
 
 import msgspec
@@ -15,6 +16,11 @@ TOKEN_PATTERN = r"^[A-Za-z0-9_-]{1,64}(?![\s\S])"
 
 RunId = Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]
 """A run's id; also a subject token, so letters, digits, ``_`` and ``-`` only."""
+
+
+def new_run_id() -> str:
+    """A fresh run id: ``run-`` and 12 hex digits (clients and planners pick them alike)."""
+    return f"run-{secrets.token_hex(6)}"
 
 
 class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):

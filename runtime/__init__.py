@@ -5,8 +5,11 @@ from .actor import Subscription as Subscription
 from .actor import WorkQueue as WorkQueue
 from .actor import on as on
 from .bus import Bus as Bus
+from .client import RunNotAccepted as RunNotAccepted
+from .client import RunStalled as RunStalled
 from .client import follow as follow
 from .client import submit as submit
+from .connection import NatsUnreachable as NatsUnreachable
 from .connection import open_bus as open_bus
 from .delivery import Delivery as Delivery
 from .embedded import NatsServerProcess as NatsServerProcess
@@ -32,8 +35,9 @@ from .tools import builtin_tools as builtin_tools
 
 __all__ = [
     "Actor", "Bus", "Delivery", "ModelClient", "ModelSettings", "NatsServerProcess",
-    "PlanValidationError", "PlancastError", "RoleActor", "RoleConfig", "RoleContext",
-    "Scheduler", "Settings", "Subscription", "TeamConfig", "Tool", "ToolRegistry",
+    "NatsUnreachable", "PlanValidationError", "PlancastError", "RoleActor", "RoleConfig",
+    "RoleContext", "RunNotAccepted", "RunStalled", "Scheduler", "Settings", "Subscription",
+    "TeamConfig", "Tool", "ToolRegistry",
     "UnknownRole", "WorkQueue", "builtin_tools", "follow", "load_team", "on",
     "open_bus", "open_deployment", "open_embedded_server", "serve_actors", "submit",
     "team_from_dict",

@@ -11,7 +11,6 @@ it read, so every event is yielded once and in order.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, get_args
@@ -35,6 +34,7 @@ from protocols import (
     Stream,
     Verb,
     decoder_for,
+    new_run_id,
     stream_name,
 )
 
@@ -63,10 +63,6 @@ class RunNotAccepted(PlancastError):
 class RunStalled(PlancastError):
     """A followed run published no event for longer than the caller's ``idle_timeout``."""
 
-
-def new_run_id() -> str:
-    """A fresh run id, in the planner's format (``run-`` and 12 hex digits)."""
-    return f"run-{secrets.token_hex(6)}"
 
 
 async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
