@@ -78,7 +78,8 @@ def stream_configs(
                 storage=api.StorageType.FILE,
                 num_replicas=replicas,
                 duplicate_window=DUPLICATE_WINDOW,
-                max_age=None if work else event_max_age,
+                # Outcomes that reach a run after it ended have no reader left: they age out.
+                max_age=None if kind is Stream.WORK else event_max_age,
                 max_msg_size=max_msg_size,
             )
         )
