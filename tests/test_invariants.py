@@ -48,13 +48,15 @@ def dispatched(sid: int, attempt: int = 1) -> StepDispatched:
     return StepDispatched(run_id=RUN, step_id=sid, role="w", attempt=attempt)
 
 
-def started(sid: int, attempt: int = 1, delivery: int = 1) -> StepStarted:
-    return StepStarted(run_id=RUN, step_id=sid, attempt=attempt, executor="w/1",
+def started(sid: int, attempt: int = 1, delivery: int = 1, executor: str = "w/1",
+            ) -> StepStarted:
+    return StepStarted(run_id=RUN, step_id=sid, attempt=attempt, executor=executor,
                        delivery=delivery)
 
 
-def finished(sid: int, attempt: int = 1) -> StepFinished:
-    return StepFinished(run_id=RUN, step_id=sid, attempt=attempt, output=f"out{sid}")
+def finished(sid: int, attempt: int = 1, executor: str = "w/1") -> StepFinished:
+    return StepFinished(run_id=RUN, step_id=sid, attempt=attempt, output=f"out{sid}",
+                        executor=executor)
 
 
 def failed(sid: int, attempt: int = 1, *, retry: bool = False, cause: str = "error") -> StepFailed:
@@ -161,6 +163,10 @@ BROKEN: dict[str, tuple[list[RunEvent], str]] = {
         numbered(started_run(), planned(1), dispatched(1), failed(1, retry=False),
                  dispatched(1, 2), finished(1, 2), done()),
         "without a failed attempt 1 that will retry"),
+    "a finish from an executor that is not the claimant": (
+        numbered(started_run(), planned(1), dispatched(1), started(1, executor="w/1"),
+                 started(1, executor="w/2"), finished(1, executor="w/1"), done()),
+        "finished by w/1, but the attempt's latest claimant is w/2 (seq 5)"),
     "a step planned twice": (_with(G, 3, planned(1)), "step 1 was planned before"),
     "a dispatch of an unplanned step": (_with(G, 3, dispatched(9)), "never planned"),
     "a dispatch before a dependency finished": (
