@@ -1,12 +1,15 @@
 """A worker process for kill tests: ``python -m tests.durability.runner TEAM ROLE[,ROLE]``.
 
-Like ``plancast worker``, plus the test tools. Settings come from the environment
-(``NATS_URL``, ``PLANCAST_PREFIX``, ``PLANCAST_ACK_WAIT`` ...). Prints ``READY <pid>``
-once its actors serve; drains on SIGTERM.
+Like ``plancast worker``, plus the test tools (the kill tests' and the chaos suite's
+``ledger``). Settings come from the environment (``NATS_URL``, ``PLANCAST_PREFIX``,
+``PLANCAST_ACK_WAIT`` ...); ``PLANCAST_TEST_LOG=INFO`` logs to stderr with times and the
+pid, and ``PLANCAST_TEST_PINGS`` sets client pings (see ``tests.chaos.pings``). Prints
+``READY <pid>`` once its actors serve; drains on SIGTERM.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from functools import partial
@@ -21,20 +24,28 @@ from runtime.settings import Settings
 from runtime.team import load_team
 from runtime.tools import builtin_tools
 
+from ..chaos.ledger import chaos_tools
+from ..chaos.pings import pings_from_env
 from .tools import kill_test_tools
 
 
 async def main(team_file: str, roles: list[str]) -> None:
     team = load_team(Path(team_file))
     tools = builtin_tools()
-    for tool in kill_test_tools():
+    for tool in [*kill_test_tools(), *chaos_tools()]:
         tools.add(tool)
-    async with open_bus(Settings()) as bus:
-        actors = build_team_actors(bus, team, tools, roles)
-        async with anyio.create_task_group() as tg:
-            await tg.start(partial(serve_actors, actors))
-            print(f"READY {os.getpid()}", flush=True)
+    with pings_from_env():
+        async with open_bus(Settings()) as bus:
+            actors = build_team_actors(bus, team, tools, roles)
+            async with anyio.create_task_group() as tg:
+                await tg.start(partial(serve_actors, actors))
+                print(f"READY {os.getpid()}", flush=True)
 
 
 if __name__ == "__main__":
+    if level := os.environ.get("PLANCAST_TEST_LOG"):
+        logging.basicConfig(
+            level=level, stream=sys.stderr,
+            format="%(asctime)s.%(msecs)03d %(process)d %(name)s %(levelname)s %(message)s",
+            datefmt="%H:%M:%S")
     anyio.run(main, sys.argv[1], sys.argv[2].split(","))

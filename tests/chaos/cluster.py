@@ -1,0 +1,144 @@
+"""Three JetStream nodes for the chaos suite: n1 and n2 in the root namespace, n3 on the side.
+
+Like ``runtime.embedded.start_cluster``, but each node listens where its namespace puts
+it, n3's process runs inside the side namespace, and the nodes ping their routes and
+clients every second, so a connection that went silent in a partition is dropped within
+seconds instead of the default two minutes (the route then re-forms once healed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from runtime.embedded import NatsServerProcess, find_nats_server, free_port
+
+from .netns import Network
+
+NODE_PINGS = ('ping_interval: "1s"', "ping_max: 3")
+"""Server-side pings: a node drops a silent route or client after about three seconds."""
+READY_TIMEOUT = 60.0
+
+
+class Node:
+    """One cluster node and the signals the fault loop sends it."""
+
+    def __init__(self, server: NatsServerProcess, *, side: bool) -> None:
+        self.server = server
+        self.side = side
+        self.name = server.server_name or "?"
+        self.stopped = False
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def stop(self) -> None:
+        os.kill(self.server.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def cont(self) -> None:
+        os.kill(self.server.pid, signal.SIGCONT)
+        self.stopped = False
+
+    async def start(self) -> None:
+        """(Re)start on the same ports; returns once it accepts clients.
+
+        Spawned from the event loop's thread, as ``runtime.embedded`` requires (the server
+        dies with the thread that forked it); the readiness poll runs off the loop.
+        """
+        self.server._spawn()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not await anyio.to_thread.run_sync(self.server._ready, deadline):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+
+
+def _side_executable(base: Path, network: Network) -> str:
+    """A wrapper that execs nats-server inside the side namespace (the pid stays the same)."""
+    base.mkdir(parents=True, exist_ok=True)
+    script = base / "nats-server-side"
+    script.write_text(f'#!/bin/sh\nexec {" ".join(network.wrap([find_nats_server()], side=True))}'
+                      ' "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+async def start_nodes(base: Path, network: Network) -> list[Node]:
+    """n1, n2 (root) and n3 (side), routed to each other; returns once a meta leader rules."""
+    hosts = [network.root_addr, network.root_addr, network.side_addr]
+    ports: list[int] = []
+    while len(ports) < 3:
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    routes = [f"nats-route://{h}:{p}" for h, p in zip(hosts, ports, strict=True)]
+    nodes = []
+    for i, (host, port, route) in enumerate(zip(hosts, ports, routes, strict=True), start=1):
+        side = i == 3 and network.namespace is not None
+        executable = _side_executable(base, network) if side else find_nats_server()
+        server = NatsServerProcess(
+            base / f"n{i}", host=host, server_name=f"n{i}", cluster_port=port,
+            routes=[r for r in routes if r != route], extra_config=NODE_PINGS,
+            executable=executable)
+        nodes.append(Node(server, side=side))
+    try:
+        for node in nodes:
+            await node.start()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not await anyio.to_thread.run_sync(cluster_ready, nodes):
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {n.name}:\n{n.server.log_tail(10)}" for n in nodes)
+                raise RuntimeError(f"no JetStream meta leader after {READY_TIMEOUT}s\n{logs}")
+            await anyio.sleep(0.2)
+    except BaseException:
+        for node in nodes:
+            node.kill()
+        raise
+    return nodes
+
+
+def cluster_ready(nodes: Sequence[Node]) -> bool:
+    """Every node is healthy and they agree on a meta leader that has all peers current."""
+    leaders = set()
+    for node in nodes:
+        base = node.server.monitor_url
+        health, jsz = _get(f"{base}/healthz"), _get(f"{base}/jsz")
+        if not isinstance(health, dict) or health.get("status") != "ok" \
+                or not isinstance(jsz, dict):
+            return False
+        meta = jsz.get("meta_cluster") or {}
+        leaders.add(meta.get("leader") or "")
+        if meta.get("leader") == node.name:
+            peers = meta.get("replicas") or []
+            if len(peers) != len(nodes) - 1 or not all(p.get("current") for p in peers):
+                return False
+    return len(leaders) == 1 and "" not in leaders
+
+
+def _get(url: str) -> object:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        with error:
+            return json.load(error)
+    except (OSError, ValueError):
+        return None
+
+
+def stop_nodes(nodes: Sequence[Node]) -> None:
+    for node in nodes:
+        if node.stopped:
+            node.cont()
+        node.server.stop()

@@ -1,0 +1,296 @@
+"""One chaos run, start to end: cluster, fleet, workload, faults, then the verdicts.
+
+The driver process holds the scripted model server and a client connection; everything
+else is a real process: three nats-servers (n3 on the side namespace), planners,
+executors of the ``worker`` role, synthesizers and a supervisor. Runs are submitted
+through ``runtime.client`` and spread over the fault loop; afterwards every run gets a
+bounded wait for its terminal event, and its stored log is judged.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from protocols import RunFailed, encode
+from runtime.connection import open_bus
+from runtime.settings import Settings
+from runtime.team import TeamConfig
+from runtime.testing import open_scripted_model_server
+
+from .cluster import start_nodes, stop_nodes
+from .evidence import run_lines
+from .faults import KINDS, FaultLoop
+from .fleet import ROOT, Fleet, Member, StartFailed
+from .ledger import read_ledger
+from .netns import Network, open_network
+from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
+from .pings import ENV as PINGS_ENV
+from .pings import fast_pings, settings_ping_support
+from .report import Report, judge, ledger_figures, silences, timelines
+from .workload import make_runs, scenario
+
+PREFIX = "chaos"
+TIMINGS = {"PLANCAST_ACK_WAIT": "2", "PLANCAST_RUN_LEASE": "3",
+           "PLANCAST_HEARTBEAT_INTERVAL": "0.5", "PLANCAST_DRAIN_TIMEOUT": "1"}
+"""The runners' settings: a short ack wait and lease, so recovery is quick."""
+PINGS = (1.0, 3)
+"""Client ping interval and outstanding pings: a dead TCP path is noticed in ~3 s."""
+TIMEOUTS = {"step": 30, "heartbeat": 5, "unserved": 30, "review": 30, "synthesis": 30,
+            "plan": 30, "run": 0}
+"""The team's ``[timeouts]``, written when the team file takes them."""
+
+
+@dataclass
+class ChaosConfig:
+    runs: int = 20
+    faults_per_kind: int = 2
+    seed: int = 1
+    in_flight: int = 10
+    """Most runs in flight; run lengths are chosen so about this many overlap."""
+    planners: int = 3
+    executors: int = 3
+    synthesizers: int = 2
+    pace: tuple[float, float] = (3.0, 6.0)
+    """Seconds between faults (uniform, seeded)."""
+    settle: float = 150.0
+    """Seconds every run gets, after the last fault healed, to reach its end."""
+    kinds: tuple[str, ...] = KINDS
+    timeouts: bool | None = None
+    """Write ``[timeouts]`` into the team file; None: if this checkout's TeamConfig has it."""
+    work_dir: Path | None = None
+    """Where logs, the ledger and the nats data go (a new temp dir if None)."""
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+
+def team_toml(base_url: str, timeouts: bool) -> str:
+    text = f"""
+[models.scripted]
+model = "scripted-model"
+base_url = "{base_url}"
+timeout = 20
+
+[roles.planner]
+kind = "planner"
+model = "scripted"
+
+[roles.worker]
+description = "records its execution (ledger) and joins outputs (echo)"
+tools = ["ledger", "echo"]
+tool_steps_only = true
+concurrency = 4
+{"step_timeout = 30" if timeouts else ""}
+
+[roles.synthesizer]
+kind = "synthesizer"
+model = "scripted"
+
+[roles.supervisor]
+kind = "supervisor"
+"""
+    if timeouts:
+        text += "\n[timeouts]\n" + "".join(f"{k} = {v}\n" for k, v in TIMEOUTS.items())
+    return text
+
+
+def members(config: ChaosConfig, network: Network) -> list[Member]:
+    """Planners, executors and synthesizers; the last of each lives on the side."""
+    side = network.namespace is not None
+    found = []
+    for role, count in (("planner", config.planners), ("worker", config.executors),
+                        ("synthesizer", config.synthesizers)):
+        found += [Member(f"{role}-{i}", role, side and i == count and count > 1)
+                  for i in range(1, count + 1)]
+    found.append(Member("supervisor-1", "supervisor", False))
+    return found
+
+
+def runner_env(urls: str, work: Path) -> dict[str, str]:
+    import os
+
+    return {**os.environ, **TIMINGS, "NATS_URL": urls, "PLANCAST_PREFIX": PREFIX,
+            "PLANCAST_REPLICAS": "3", "PLANCAST_TEST_DIR": str(work),
+            "PLANCAST_TEST_LOG": "INFO", PINGS_ENV: f"{PINGS[0]},{PINGS[1]}",
+            "PLANCAST_PING_INTERVAL": str(PINGS[0]), "OPENAI_API_KEY": "scripted",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+async def run_chaos(config: ChaosConfig) -> Report:
+    work = config.work_dir or Path(tempfile.mkdtemp(prefix="plancast-chaos-"))
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    log = config.log
+    timeouts = "timeouts" in TeamConfig.model_fields if config.timeouts is None \
+        else config.timeouts
+    # A run lasts about its path plus ~3 s of planning and joining: about in_flight overlap.
+    path = min(max(config.in_flight * fault_seconds(config) / config.runs - 3.0, 2.0), 30.0)
+    specs = make_runs(config.seed, config.runs, path_seconds=path)
+    log(f"chaos: seed {config.seed}, {config.runs} runs (critical path ~{path:.1f}s), "
+        f"{config.faults_per_kind} faults of each kind, timeouts {'on' if timeouts else 'off'}"
+        f"; work dir {work}")
+    with open_network(config.seed) as network:
+        if network.unavailable:
+            log(f"chaos: partitions unavailable: {network.unavailable}")
+        nodes = await start_nodes(work / "nats", network)
+        try:
+            urls = ",".join(n.url for n in nodes)
+            async with open_scripted_model_server(scenario(specs), host=network.model_addr) \
+                    as model:
+                team_file = work / "team.toml"
+                team_file.write_text(team_toml(model.base_url, timeouts))
+                fleet = Fleet(team_file, runner_env(urls, work), network, work / "logs",
+                              members(config, network))
+                try:
+                    return await _drive(config, work, network, nodes, fleet, specs, urls,
+                                        timeouts)
+                finally:
+                    fleet.close()
+        finally:
+            stop_nodes(nodes)
+
+
+async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: Any, fleet: Fleet,
+                 specs: Any, urls: str, timeouts: bool) -> Report:
+    log = config.log
+    extra: dict[str, Any] = {"ping_interval": PINGS[0]} if settings_ping_support() else {}
+    settings = Settings(nats_url=urls, prefix=PREFIX, replicas=3, **extra)
+    with fast_pings(*PINGS):
+        async with open_bus(settings) as bus:
+            started = time.monotonic()
+            await fleet.start_all()
+            log(f"chaos: {len(fleet.members)} actor processes serve "
+                f"({time.monotonic() - started:.1f}s)")
+            runs = [Tracked(spec) for spec in specs]
+            loop = FaultLoop(rng=random.Random(config.seed), fleet=fleet, nodes=nodes,
+                             network=network, per_kind=config.faults_per_kind,
+                             pace=config.pace, kinds=config.kinds, log=_stamped(log))
+            notes: list[str] = []
+            samples: list[int] = []
+            t0 = time.time()
+            async with anyio.create_task_group() as tg:
+                faults_done = anyio.Event()
+                tg.start_soon(_faults, loop, faults_done)
+                tg.start_soon(_watch, fleet, notes, _stamped(log))
+                tg.start_soon(_progress, runs, loop, samples, faults_done, _stamped(log))
+                async with anyio.create_task_group() as followers:
+                    spacing = fault_seconds(config) / config.runs
+                    followers.start_soon(_submit_all, bus, runs, followers, spacing,
+                                         config.in_flight)
+                    await faults_done.wait()
+                    log(f"chaos: faults over after {time.time() - t0:.0f}s; waiting up to "
+                        f"{config.settle:.0f}s for the runs to end")
+                    with anyio.move_on_after(config.settle):
+                        for run in runs:
+                            await run.ended.wait()
+                    followers.cancel_scope.cancel()
+                tg.cancel_scope.cancel()
+            until = time.time()
+            logs = {run.run_id: await read_log(bus, run.run_id) for run in runs}
+    _keep_logs(work / "events", logs)
+    verdicts = [judge(run, logs[run.run_id]) for run in runs]
+    for verdict in verdicts:
+        if verdict.troubled:
+            verdict.evidence = run_lines(work / "logs", verdict.run_id, fleet.owner_of)
+    duplicates, redeliveries = ledger_figures(executions := read_ledger(work))
+    notes += [f"{r.run_id}: follower restarted {r.restarts} times" for r in runs if r.restarts]
+    return Report(
+        config={**{k: v for k, v in asdict(config).items() if k != "log"},
+                "work_dir": str(work), "timeouts": timeouts, "partition_network":
+                network.namespace or "", "nodes": [n.url for n in nodes]},
+        runs=verdicts, duplicates=duplicates, redeliveries=redeliveries,
+        executions=len(executions), faults=loop.faults, unavailable=loop.unavailable,
+        silences=silences(loop.faults, timelines(runs, logs), until), seconds=until - t0,
+        in_flight={"mean": statistics.mean(samples) if samples else 0.0,
+                   "max": float(max(samples, default=0))},
+        members={m.name: m.pids for m in fleet.members},
+        notes=notes)
+
+
+def _keep_logs(folder: Path, logs: dict[str, StoredLog]) -> None:
+    """Each run's stored events as JSON Lines, the evidence behind its verdict."""
+    folder.mkdir(exist_ok=True)
+    for run_id, stored in logs.items():
+        (folder / f"{run_id}.jsonl").write_bytes(
+            b"".join(encode(e) + b"\n" for e in stored.events))
+
+
+def fault_seconds(config: ChaosConfig) -> float:
+    """About how long the fault loop runs."""
+    return config.faults_per_kind * len(config.kinds) * sum(config.pace) / 2
+
+
+async def _submit_all(bus: Any, runs: list[Tracked], followers: Any, spacing: float,
+                      in_flight: int) -> None:
+    """Run i goes in ``i * spacing`` seconds after the first, when fewer than ``in_flight``
+    runs are in flight."""
+    t0 = time.time()
+    slots = anyio.Semaphore(in_flight)
+    for i, run in enumerate(runs):
+        await anyio.sleep(max(t0 + i * spacing - time.time(), 0.0))
+        await slots.acquire()  # released when the run ends
+        run.submitted = time.time()
+        followers.start_soon(_run, bus, run, slots)
+
+
+def _stamped(log: Callable[[str], None]) -> Callable[[str], None]:
+    t0 = time.time()
+    return lambda line: log(f"{time.time() - t0:7.1f}s {line}")
+
+
+async def _faults(loop: FaultLoop, done: anyio.Event) -> None:
+    try:
+        await loop.run()
+    finally:
+        done.set()
+
+
+async def _run(bus: Any, run: Tracked, slots: anyio.Semaphore) -> None:
+    try:
+        if await submit_run(bus, run):
+            await follow_run(bus, run)
+    finally:
+        slots.release()
+
+
+async def _watch(fleet: Fleet, notes: list[str], log: Callable[[str], None]) -> None:
+    """A member that exits by itself is reported, and restarted as a service manager would."""
+    while True:
+        await anyio.sleep(1.0)
+        for member in fleet.members:
+            if member.faulted or member.alive or member.proc is None:
+                continue
+            code = member.proc.returncode
+            note = (f"{member.name} (pid {member.proc.pid}) exited by itself with code {code}; "
+                    f"see {fleet.log_path(member)}")
+            notes.append(note)
+            log(note)
+            member.faulted = True
+            try:
+                await fleet.start(member)
+            except StartFailed as exc:
+                notes.append(str(exc))
+            finally:
+                member.faulted = False
+
+
+async def _progress(runs: list[Tracked], loop: FaultLoop, samples: list[int],
+                    faults_done: anyio.Event, log: Callable[[str], None]) -> None:
+    tick = 0
+    while True:
+        await anyio.sleep(1.0)
+        tick += 1
+        active = sum(r.active for r in runs)
+        if not faults_done.is_set():
+            samples.append(active)
+        if tick % 10 == 0:
+            ended = [r for r in runs if r.ended.is_set()]
+            failed = sum(1 for r in ended if r.events and isinstance(r.events[-1], RunFailed))
+            log(f"progress: submitted {sum(bool(r.submitted) for r in runs)}, active {active}, "
+                f"ended {len(ended)} ({failed} failed), faults {len(loop.faults)}")

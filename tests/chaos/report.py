@@ -1,0 +1,240 @@
+"""What a chaos run proved: per-run verdicts, the ledger, and silences around each fault."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from protocols import (
+    ReplanStarted,
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    StepFinished,
+    StepPlanned,
+)
+
+from ..invariants import event_log_violations
+from .faults import KINDS, Fault
+from .ledger import Execution, redelivered, repeated
+from .observe import StoredLog, Tracked
+from .workload import ANSWER
+
+EVIDENCE_SHOWN = 15
+"""Log lines printed per troubled run (the JSON report keeps up to 200)."""
+
+
+@dataclass
+class RunVerdict:
+    run_id: str
+    status: str
+    """``finished``, ``failed``, ``hung`` (no terminal event) or ``refused`` (never accepted)."""
+    reason: str = ""
+    """RunFailed's cause and reason, or the submit errors."""
+    wrong: list[str] = field(default_factory=list)
+    """Outputs (or the answer) that differ from the expected ones."""
+    lost: list[int] = field(default_factory=list)
+    """Last-round steps of a finished run that did not finish."""
+    violations: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    """The actors' log lines about this run (for runs with a problem)."""
+    events: int = 0
+    last_event: str = ""
+    """The last event seen (for hung runs)."""
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "finished" and not (self.wrong or self.lost or self.violations)
+
+    @property
+    def troubled(self) -> bool:
+        """Worth its evidence: hung, wrong, lost steps or broke a rule."""
+        return self.status == "hung" or bool(self.wrong or self.lost or self.violations)
+
+
+@dataclass
+class Silence:
+    count: int
+    p50: float
+    max: float
+    worst: str
+    """Which run and fault gave the max."""
+
+
+@dataclass
+class Report:
+    config: dict[str, Any]
+    runs: list[RunVerdict]
+    duplicates: dict[str, int]
+    """(run/step/attempt/delivery) executed more than once → times; must be empty."""
+    redeliveries: int
+    """Attempts executed more than once (redelivered after a silent executor)."""
+    executions: int
+    faults: list[Fault]
+    unavailable: dict[str, str]
+    silences: dict[str, Silence]
+    seconds: float
+    in_flight: dict[str, float]
+    members: dict[str, list[int]]
+    """Each actor member's process ids, first to last."""
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, status: str) -> list[RunVerdict]:
+        return [r for r in self.runs if r.status == status]
+
+    def problems(self) -> list[str]:
+        """What must be zero: hung runs, wrong answers, violations, duplicate executions."""
+        found = [f"hung: {r.run_id} (last event {r.last_event})" for r in self.of("hung")]
+        found += [f"wrong answer: {r.run_id}: {w}" for r in self.runs for w in r.wrong]
+        found += [f"violation: {r.run_id}: {v}" for r in self.runs for v in r.violations]
+        found += [f"duplicate execution: {k} ran {n} times" for k, n in self.duplicates.items()]
+        return found
+
+
+def judge(run: Tracked, log: StoredLog) -> RunVerdict:
+    """One run's verdict from its stored events (and what its follower saw live)."""
+    events = log.events
+    verdict = RunVerdict(run.run_id, "hung", events=len(events))
+    if not run.accepted and not events:
+        return RunVerdict(run.run_id, "refused", reason="; ".join(run.submit_errors[-3:]))
+    ended = bool(events) and isinstance(events[-1], RunFinished | RunFailed)
+    verdict.violations = [*event_log_violations(events, complete=ended), *log.conflicts,
+                          *(f"live/replay: {m}" for m in run.mismatches)]
+    if events:
+        verdict.last_event = f"seq {events[-1].seq} {events[-1]!r:.160}"
+    for event in events:
+        if isinstance(event, StepFinished):
+            want = run.spec.expected.get(event.step_id)
+            if event.output != want:
+                verdict.wrong.append(f"step {event.step_id} attempt {event.attempt} gave "
+                                     f"{event.output!r:.120}, expected {want!r:.120}")
+    last = events[-1] if events else None
+    if isinstance(last, RunFailed):
+        verdict.status = "failed"
+        verdict.reason = f"{last.cause or last.stage}: {last.reason}"
+    elif isinstance(last, RunFinished):
+        verdict.status = "finished"
+        if last.answer != ANSWER:
+            verdict.wrong.append(f"answer {last.answer!r:.120}, expected {ANSWER!r}")
+        verdict.lost = _lost(events)
+    return verdict
+
+
+def _lost(events: Sequence[RunEvent]) -> list[int]:
+    """Steps of the last round without a step.finished."""
+    start = max((i for i, e in enumerate(events) if isinstance(e, ReplanStarted)), default=0)
+    planned = {e.step.id for e in events[start:] if isinstance(e, StepPlanned)}
+    done = {e.step_id for e in events if isinstance(e, StepFinished)}
+    return sorted(planned - done)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    run_id: str
+    times: list[float]
+    """Its events' times, in order."""
+    ended: bool
+
+
+def silences(faults: Sequence[Fault], runs: Sequence[Timeline],
+             until: float) -> dict[str, Silence]:
+    """Per kind: for each fault and each run active when it struck, the longest gap between
+    consecutive events of that run overlapping the fault (from injection to healing).
+    Only runs that ended count: a hung run's silence has no end and is reported as a hang."""
+    found: dict[str, list[tuple[float, str]]] = {}
+    for fault in faults:
+        end = fault.end or until
+        for run in runs:
+            points = sorted(run.times)
+            if not run.ended or not points or points[0] > fault.start \
+                    or points[-1] < fault.start:
+                continue  # not active when the fault struck
+            gaps = [b - a for a, b in itertools.pairwise(points)
+                    if a < end and b > fault.start]
+            if gaps:
+                found.setdefault(fault.kind, []).append(
+                    (max(gaps), f"{run.run_id} around {fault.describe()}"))
+    result = {}
+    for kind, values in found.items():
+        worst = max(values)
+        result[kind] = Silence(len(values), statistics.median(v for v, _ in values),
+                               worst[0], worst[1])
+    return result
+
+
+def timelines(runs: Sequence[Tracked], logs: dict[str, StoredLog]) -> list[Timeline]:
+    found = []
+    for run in runs:
+        events = logs[run.run_id].events
+        ended = bool(events) and isinstance(events[-1], RunFinished | RunFailed)
+        found.append(Timeline(run.run_id, [e.ts for e in events], ended))
+    return found
+
+
+def ledger_figures(executions: list[Execution]) -> tuple[dict[str, int], int]:
+    twice = {"/".join(map(str, k)): n for k, n in repeated(executions).items()}
+    return twice, len(redelivered(executions))
+
+
+def render(report: Report) -> str:
+    """The report as a table, for a terminal."""
+    runs = report.runs
+    lines = [f"chaos: {len(runs)} runs, {len(report.faults)} faults in {report.seconds:.0f}s "
+             f"(seed {report.config.get('seed')}); in flight mean "
+             f"{report.in_flight.get('mean', 0):.1f}, max {report.in_flight.get('max', 0):.0f}",
+             "",
+             f"  runs submitted                 {len(runs)}",
+             f"  finished correctly             {sum(r.correct for r in runs)}",
+             f"  finished, wrong answer         {sum(bool(r.wrong) for r in runs)}",
+             f"  finished, steps lost           {sum(bool(r.lost) for r in runs)}",
+             f"  failed with a reason           {len(report.of('failed'))}",
+             f"  hung (no terminal event)       {len(report.of('hung'))}",
+             f"  never accepted                 {len(report.of('refused'))}",
+             f"  runs with log violations       {sum(bool(r.violations) for r in runs)}"
+             f" ({sum(len(r.violations) for r in runs)} violations)",
+             f"  executions (ledger)            {report.executions}",
+             f"  duplicate executions/delivery  {len(report.duplicates)}",
+             f"  attempts redelivered           {report.redeliveries}",
+             "", "  fault kind    count  silence p50   max    worst  (runs that ended)"]
+    counts = Counter(f.kind for f in report.faults)
+    for kind in KINDS:
+        if kind in report.unavailable:
+            lines.append(f"  {kind:<12} unavailable: {report.unavailable[kind]}")
+            continue
+        s = report.silences.get(kind)
+        figures = f"{s.p50:8.2f}s {s.max:6.2f}s  {s.worst}" if s else "       -"
+        lines.append(f"  {kind:<12} {counts[kind]:5}  {figures}")
+    for r in runs:
+        if r.status == "failed":
+            lines.append(f"  failed {r.run_id}: {r.reason:.200}")
+        if r.lost:
+            lines.append(f"  steps lost {r.run_id}: {r.lost}")
+    lines += [f"  PROBLEM {p:.300}" for p in report.problems()]
+    for r in runs:
+        if r.troubled and r.evidence:
+            lines.append(f"  -- {r.run_id} ({r.status}), the actors' last lines about it:")
+            lines += [f"     {e}" for e in r.evidence[-EVIDENCE_SHOWN:]]
+    lines += [f"  note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    data = asdict(report)
+    data["summary"] = {
+        "submitted": len(report.runs),
+        "finished_correctly": sum(r.correct for r in report.runs),
+        "wrong_answers": sum(bool(r.wrong) for r in report.runs),
+        "steps_lost": sum(bool(r.lost) for r in report.runs),
+        "failed": len(report.of("failed")),
+        "hung": len(report.of("hung")),
+        "refused": len(report.of("refused")),
+        "runs_with_violations": sum(bool(r.violations) for r in report.runs),
+        "duplicate_executions": len(report.duplicates),
+        "redelivered_attempts": report.redeliveries,
+        "faults": dict(Counter(f.kind for f in report.faults)),
+    }
+    return data

@@ -1,0 +1,50 @@
+"""A short seeded chaos run in the normal suite: ~20 runs through two faults of each kind.
+
+It asserts what must hold whatever fails: no run hangs, no answer is wrong, no event log
+breaks a rule, no delivery is executed twice. ``pytest -s`` prints the report. The long
+version is ``python -m tests.chaos`` (and ``pytest -m chaos`` runs a middle one).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .driver import ChaosConfig, run_chaos
+from .report import Report, render, to_json
+
+pytestmark = pytest.mark.anyio
+
+
+async def _chaos(tmp_path: Path, **options: object) -> Report:
+    config = ChaosConfig(work_dir=tmp_path, log=lambda line: print(line, flush=True),
+                         **options)  # type: ignore[arg-type]
+    report = await run_chaos(config)
+    print(render(report))
+    (tmp_path / "report.json").write_text(json.dumps(to_json(report), indent=2, default=str))
+    return report
+
+
+def _check(report: Report) -> None:
+    assert not report.of("hung"), render(report)
+    assert not [r for r in report.runs if r.wrong], render(report)
+    assert not [r for r in report.runs if r.violations], render(report)
+    assert not report.duplicates, render(report)
+    assert not report.of("refused"), render(report)
+
+
+@pytest.mark.timeout(420)
+async def test_short_chaos_run(tmp_path: Path) -> None:
+    report = await _chaos(tmp_path, runs=20, faults_per_kind=2, seed=7, settle=120.0)
+    _check(report)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(1800)
+async def test_longer_chaos_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if "chaos" not in (request.config.getoption("-m") or ""):
+        pytest.skip("the longer chaos run goes with `pytest -m chaos`")
+    report = await _chaos(tmp_path, runs=60, faults_per_kind=8, seed=11)
+    _check(report)
