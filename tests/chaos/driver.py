@@ -42,6 +42,8 @@ PREFIX = "chaos"
 TIMINGS = {"PLANCAST_ACK_WAIT": "2", "PLANCAST_RUN_LEASE": "3",
            "PLANCAST_HEARTBEAT_INTERVAL": "0.5", "PLANCAST_DRAIN_TIMEOUT": "1"}
 """The runners' settings: a short ack wait and lease, so recovery is quick."""
+HOLD = 4.0
+"""A run holds its in-flight slot for at most this many times its critical path."""
 PINGS = (1.0, 3)
 """Client ping interval and outstanding pings: a dead TCP path is noticed in ~3 s."""
 TIMEOUTS = {"step": 30, "heartbeat": 5, "unserved": 30, "review": 30, "synthesis": 30,
@@ -252,11 +254,18 @@ async def _faults(loop: FaultLoop, done: anyio.Event) -> None:
 
 
 async def _run(bus: Any, run: Tracked, slots: anyio.Semaphore) -> None:
-    try:
+    """Submit and follow one run. Its slot frees when it ends, or once it has taken
+    ``HOLD`` times its critical path (it may have hung: it must not stall the workload)."""
+    held = max(60.0, HOLD * run.spec.critical_path)
+    async with anyio.create_task_group() as tg:
+        async def free_slot() -> None:
+            with anyio.move_on_after(held):
+                await run.ended.wait()
+            slots.release()
+
+        tg.start_soon(free_slot)
         if await submit_run(bus, run):
             await follow_run(bus, run)
-    finally:
-        slots.release()
 
 
 async def _watch(fleet: Fleet, notes: list[str], log: Callable[[str], None]) -> None:

@@ -100,7 +100,8 @@ def judge(run: Tracked, log: StoredLog) -> RunVerdict:
     events = log.events
     verdict = RunVerdict(run.run_id, "hung", events=len(events))
     if not run.accepted and not events:
-        return RunVerdict(run.run_id, "refused", reason="; ".join(run.submit_errors[-3:]))
+        why = "; ".join(run.submit_errors[-3:]) if run.submitted else "never submitted"
+        return RunVerdict(run.run_id, "refused", reason=why)
     ended = bool(events) and isinstance(events[-1], RunFinished | RunFailed)
     verdict.violations = [*event_log_violations(events, complete=ended), *log.conflicts,
                           *(f"live/replay: {m}" for m in run.mismatches)]
@@ -209,6 +210,8 @@ def render(report: Report) -> str:
         figures = f"{s.p50:8.2f}s {s.max:6.2f}s  {s.worst}" if s else "       -"
         lines.append(f"  {kind:<12} {counts[kind]:5}  {figures}")
     for r in runs:
+        if r.status == "refused":
+            lines.append(f"  never accepted {r.run_id}: {r.reason:.200}")
         if r.status == "failed":
             lines.append(f"  failed {r.run_id}: {r.reason:.200}")
         if r.lost:
