@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from protocols import (
     StepFinished,
     StepPlanned,
 )
+from runtime.bus import Bus
 from runtime.client import follow, submit
 from runtime.process import open_deployment
 from runtime.settings import Settings
@@ -155,19 +156,29 @@ async def run_team(
     nats_url: str, prefix: str, rules: Sequence[Rule], *,
     goal: str = "test goal", roles: dict[str, Any] | None = None,
     tools: ToolRegistry | None = None, planner_options: dict[str, Any] | None = None,
-    request: dict[str, Any] | None = None, **policy: Any,
+    request: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
+    serve: list[str] | None = None,
+    during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
-    """Run ``goal`` with a team answering from ``rules``; returns its events once it ended."""
+    """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
+
+    ``settings`` override the deployment's, ``serve`` names the roles that get a process
+    (all by default), and ``during(bus, run_id)`` runs beside the run (e.g. to meddle).
+    """
     async with open_scripted_model_server(Scenario(rules=list(rules))) as model:
         team = make_team(model.base_url, roles, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
-        settings = Settings(nats_url=nats_url, prefix=prefix)
-        async with open_deployment(settings, team, tools or builtin_tools(plugins=False)) as bus:
+        config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))
+        async with open_deployment(config, team, tools or builtin_tools(plugins=False),
+                                   roles=serve) as bus, anyio.create_task_group() as tg:
             accepted = await submit(bus, RunRequest(goal=goal, **(request or {})))
+            if during is not None:
+                tg.start_soon(during, bus, accepted.run_id)
             with anyio.fail_after(RUN_TIMEOUT):
                 events = [event async for event in follow(bus, accepted.run_id)]
                 replay = [event async for event in follow(bus, accepted.run_id)]
+            tg.cancel_scope.cancel()
         requests = list(model.requests)
     check_sequence(events)
     assert replay == events, "a late subscriber must replay exactly the same events"
