@@ -83,10 +83,11 @@ class Executor(RoleActor):
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
             **outcome,
         )
-        # The id names the task and its delivery: a stale executor's result must not be
-        # mistaken for (and de-duplicate away) the result of another execution.
-        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/result")
+        # The claim must be stored first: a result counts only from a claimant. The id
+        # names the task and its delivery: a stale executor's result must not be mistaken
+        # for (and de-duplicate away) the result of another execution.
         await self.bus.settle([claim])
+        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/result")
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:
         step = task.step

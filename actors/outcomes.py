@@ -40,12 +40,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def apply(run: Run, message: Message) -> None:
+class Early(Exception):
+    """A result arrived before its sender's claim (a claim can be stored late when its
+    stream fails over): offer it again shortly rather than refuse it now."""
+
+
+async def apply(run: Run, message: Message, *, patient: bool = False) -> None:
+    """Apply ``message`` to the run; ``patient``: raise ``Early`` for a result whose claim
+    may still be on its way."""
     match message:
         case StepClaimed():
             await _claim(run, message)
         case StepResult():
-            await _result(run, message)
+            await _result(run, message, patient)
         case Verdict():
             await _verdict(run, message)
         case SynthesisDecision():
@@ -87,7 +94,7 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
                                       delivery=claim.delivery))
 
 
-async def _result(run: Run, result: StepResult) -> None:
+async def _result(run: Run, result: StepResult, patient: bool) -> None:
     sid, attempt, sender = result.step_id, result.attempt, result.executor
     meta = run.meta.get(sid)
     if meta is None or run.state_of(sid) is None:
@@ -108,10 +115,18 @@ async def _result(run: Run, result: StepResult) -> None:
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender)
         return
     if not _claimed_by(meta.claimants, sender, result.delivery):
+        if patient:
+            raise Early(f"step {sid} attempt {attempt}")
         await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
                      f"{attempt} of step {sid} (claimed by: "
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
                      step_id=sid, attempt=attempt, sender=sender)
+        if not meta.claimants:  # its task was taken and answered: nothing else will come
+            await run.forget_tasks([sid])
+            await run.step_failed(run.scheduler.step(sid), attempt,
+                                  "an execution answered without a claim that counts; the "
+                                  "attempt is run again", attempt < run.team.step_attempts,
+                                  "unclaimed")
         return
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
     await run.spent(f"step:{sid}", result.usage)

@@ -53,6 +53,7 @@ from runtime.role import RoleActor, RoleContext
 
 from . import run_timers
 from .liveness import Liveness
+from .outcomes import Early
 from .resume import Tail, fold, read_tail
 from .run import Run
 from .run_state import RunState, restore
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, WorkError)
 NOT_OURS_DELAY = 1.0
 """Seconds before an outcome for a run another planner drives is offered again."""
+EARLY_OFFERS, EARLY_DELAY = 4, 0.5
+"""A result ahead of its claim is offered again this many times, after 0.5 s, 1 s ..."""
 
 
 
@@ -187,8 +190,13 @@ class Planner(RoleActor):
         if run is None:
             await self._not_ours(message, delivery)
             return
+        if run.record.status != "active":
+            await self._too_late(message, delivery, "has ended")
+            return
         try:
-            await run.receive(message)
+            await run.receive(message, patient=delivery.deliveries < EARLY_OFFERS)
+        except Early:
+            await delivery.nak(delay=EARLY_DELAY * delivery.deliveries)
         except Fenced:
             run.scope.cancel()
             await delivery.nak()  # the run's new owner will get it
@@ -197,18 +205,21 @@ class Planner(RoleActor):
         """An outcome for a run this planner does not drive (any more): back to whoever
         does, or, for a run that has ended, said to have come too late."""
         run_id: str = message.run_id  # type: ignore[attr-defined]
-        tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
         try:
             entry = await self.kv.get(run_key(run_id))
         except KeyNotFoundError:
-            status = "never been submitted"
-        else:
-            record: RunRecord = decode(entry.value, RunRecord)
-            if record.status == "active":
-                await delivery.nak(delay=NOT_OURS_DELAY)
-                return
-            status = record.status
-        reason = f"{tag} for run {run_id}, which has {status}: it changes nothing"
+            await self._too_late(message, delivery, "was never submitted")
+            return
+        if decode(entry.value, RunRecord).status == "active":
+            await delivery.nak(delay=NOT_OURS_DELAY)
+            return
+        await self._too_late(message, delivery, "has ended")
+
+    async def _too_late(self, message: Message, delivery: Delivery, why: str) -> None:
+        """The run's events are closed (or it has none): say so on our error subject."""
+        tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
+        run_id = message.run_id  # type: ignore[attr-defined]
+        reason = f"{tag} for run {run_id}, which {why}: it changes nothing"
         log.info(reason)
         await self._report(ActorError(role=self.name, instance=self.instance,
                                       subject=delivery.subject, reason=reason,

@@ -227,7 +227,7 @@ class RunStore:
             await self._retrying(lambda: self.bus.js.publish(
                 subject, encode(record), stream=self._stream, headers=fence))
         except APIError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
+            if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE:
                 raise LostRun(self.run_id) from exc
             raise
 
@@ -250,4 +250,4 @@ class RunStore:
 
 
 def _busy(exc: BaseException) -> bool:
-    return isinstance(exc, APIError) and exc.err_code == FENCE_BUSY
+    return isinstance(exc, APIError) and getattr(exc, "err_code", None) == FENCE_BUSY

@@ -96,7 +96,8 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     cause: str = ""
     """Why, as a word: ``error`` (the executor reported it), ``timeout`` (start-to-close),
     ``heartbeat`` (its executor went silent), ``unserved`` (no live executor of its role),
-    ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out)."""
+    ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out),
+    ``unclaimed`` (a result came without a claim that counts)."""
 
 
 class CriticVerdict(Event, frozen=True, kw_only=True, tag="event.critic.verdict"):

@@ -175,9 +175,9 @@ class Bus:
                     item.seq = int((await item.future).seq)
                 continue
             except UNCONFIRMED as exc:
-                if isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE \
+                if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE \
                         and EXPECT_SEQ in item.headers:
-                    raise Fenced(f"{item.subject}: {exc.description}") from exc
+                    raise Fenced(f"{item.subject}: {exc}") from exc
                 if item.future is not None and not item.future.done():
                     item.future.cancel()  # frees its slot in nats-py's pending window
                 log.info("publish to %s unconfirmed (%r); storing it again", item.subject, exc)
@@ -216,9 +216,9 @@ class Bus:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
                 return int(ack.seq)
             except APIError as exc:
-                if exc.err_code == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
+                if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
                     raise Fenced(f"{subj}: {exc.description}") from exc
-                if exc.err_code == FENCE_BUSY:
+                if getattr(exc, "err_code", None) == FENCE_BUSY:
                     self.fence_busy()
                 elif not isinstance(exc, TRANSIENT):
                     raise

@@ -120,8 +120,8 @@ async def test_a_result_from_a_sender_that_never_claimed_is_refused_on_the_event
                     executor="jsworker/never-claimed", delivery=1))
                 return
 
-    out = await run_team(nats_url, prefix, [
-        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 1})]),
+    out = await run_team(nats_url, prefix, [  # the step outlasts the patience for early results
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 5})]),
         finish("real")], during=forge)
     [refused] = out.of(OutcomeRefused)
     assert refused.sender == "jsworker/never-claimed" and "never claimed" in refused.reason
