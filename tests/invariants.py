@@ -10,7 +10,7 @@ rules everywhere:
 - an attempt is dispatched at most once and has at most one outcome; nothing happens to
   an attempt before its dispatch (nor is it started after its outcome); attempt a+1 is
   dispatched only after attempt a failed with ``will_retry``; an executor's finish comes
-  from the attempt's latest claimant (its last ``step.started``);
+  from one of the attempt's claimants (a ``step.started`` of it);
 - planned step ids are unique (a step discarded with a rejected plan may be planned
   again); a dispatched step was planned, and every step it depends on had finished;
 - a finished run settled every step of its last round: finished, given up, or blocked
@@ -93,8 +93,8 @@ class _StepRules:
     dispatched: dict[Attempt, int] = field(default_factory=dict)
     """Attempt → seq of its dispatch."""
     dispatched_steps: set[int] = field(default_factory=set)
-    claimant: dict[Attempt, StepStarted] = field(default_factory=dict)
-    """Each attempt's latest step.started."""
+    claimants: dict[Attempt, set[str]] = field(default_factory=dict)
+    """Each attempt's executors, from its step.started events."""
     outcome: dict[Attempt, StepFinished | StepFailed] = field(default_factory=dict)
     finished: set[int] = field(default_factory=set)
     given_up: set[int] = field(default_factory=set)
@@ -118,7 +118,8 @@ class _StepRules:
                 self._touches(event, event.step_id, event.attempt)
                 if (event.step_id, event.attempt) in self.outcome:
                     self.bad(event, "started after the attempt's outcome")
-                self.claimant[(event.step_id, event.attempt)] = event
+                self.claimants.setdefault((event.step_id, event.attempt), set()).add(
+                    event.executor)
             case StepFinished() | StepFailed():
                 self._outcome(event)
             case _:
@@ -161,10 +162,10 @@ class _StepRules:
         key = (event.step_id, event.attempt)
         if isinstance(event, StepFinished):
             self._touches(event, *key)
-            claim = self.claimant.get(key)
-            if event.executor and claim is not None and claim.executor != event.executor:
-                self.bad(event, f"finished by {event.executor}, but the attempt's latest "
-                                f"claimant is {claim.executor} (seq {claim.seq})")
+            claimed = self.claimants.get(key, set())
+            if event.executor and claimed and event.executor not in claimed:
+                self.bad(event, f"finished by {event.executor}, which never claimed it "
+                                f"(claimants: {', '.join(sorted(claimed))})")
         elif key not in self.dispatched:
             self.bad(event, f"attempt {event.attempt} of step {event.step_id} failed "
                             f"({event.cause or 'error'}) but was never dispatched")

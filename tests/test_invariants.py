@@ -163,10 +163,10 @@ BROKEN: dict[str, tuple[list[RunEvent], str]] = {
         numbered(started_run(), planned(1), dispatched(1), failed(1, retry=False),
                  dispatched(1, 2), finished(1, 2), done()),
         "without a failed attempt 1 that will retry"),
-    "a finish from an executor that is not the claimant": (
+    "a finish from an executor that is not a claimant": (
         numbered(started_run(), planned(1), dispatched(1), started(1, executor="w/1"),
-                 started(1, executor="w/2"), finished(1, executor="w/1"), done()),
-        "finished by w/1, but the attempt's latest claimant is w/2 (seq 5)"),
+                 started(1, executor="w/2"), finished(1, executor="w/3"), done()),
+        "finished by w/3, which never claimed it (claimants: w/1, w/2)"),
     "a step planned twice": (_with(G, 3, planned(1)), "step 1 was planned before"),
     "a dispatch of an unplanned step": (_with(G, 3, dispatched(9)), "never planned"),
     "a dispatch before a dependency finished": (
