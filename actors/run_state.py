@@ -30,6 +30,7 @@ from protocols import (
 )
 from runtime.bus import (
     FENCE_BUSY,
+    RETRY_CAP,
     TRANSIENT,
     UNCONFIRMED,
     WRONG_LAST_SEQUENCE,
@@ -246,7 +247,7 @@ class RunStore:
                     raise
                 log.info("run %s: saving state failed (%s); retrying", self.run_id, exc)
                 await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_CAP)
 
 
 def _busy(exc: BaseException) -> bool:

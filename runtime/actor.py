@@ -274,7 +274,7 @@ class Actor:
                 log.warning("%s: binding consumer %s failed (%s); retrying in %.1fs",
                             self.name, source.consumer, exc, delay)
                 await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 1.0)
 
     async def _fetch_loop(self, psub: Any, decoder: Any, max_deliver: int) -> None:
         """Pull one task at a time while a slot is free; return to rebind the consumer

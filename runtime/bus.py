@@ -49,6 +49,9 @@ TRANSIENT: tuple[type[Exception], ...] = (
     ConnectionReconnectingError,
 )
 """Failures that pass on their own (leader elections, reconnects): retried, never fatal."""
+RETRY_CAP = 0.5
+"""Longest pause between retries through a failover: a new stream leader is noticed soon
+after it is elected (the election itself takes nats-server 4-9 s after a crash)."""
 UNCONFIRMED: tuple[type[Exception], ...] = (*TRANSIENT, APIError)
 """Why an asynchronous publish may go unconfirmed: then it is stored again."""
 ACK_WAIT = 3.0
@@ -226,13 +229,13 @@ class Bus:
                     raise
                 log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
                 await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_CAP)
             except TRANSIENT as exc:  # a leader election or a reconnect: try again
                 if not retry or anyio.current_time() + delay > deadline:
                     raise
                 log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
                 await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_CAP)
 
     async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
         """Store a too-large message in the object store; return the envelope to send."""
