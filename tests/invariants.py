@@ -1,8 +1,9 @@
 """What every run's event log must satisfy, whatever failed while it ran.
 
 ``event_log_violations(events)`` reads one run's events in sequence order (as
-``runtime.client.follow`` yields them) and returns what is wrong, one sentence each; an
-empty list means the log is consistent. The pipeline tests, the kill tests and the chaos
+``runtime.client.follow`` yields them) and returns what is wrong, one sentence each,
+starting with the rule's name in brackets (``[dependencies] seq 12 ...``); an empty list
+means the log is consistent. The pipeline tests, the kill tests and the chaos
 suite all call it, so a change to delivery, state or the planner is judged by the same
 rules everywhere:
 
@@ -64,17 +65,17 @@ def _sequence(events: Sequence[RunEvent], complete: bool) -> list[str]:
     for event in events:
         if event.seq != expected:
             what = "repeats" if event.seq < expected else "skips to"
-            found.append(f"seq: event {expected} {what} {event.seq} ({_name(event)})")
+            found.append(f"[sequence] event {expected} {what} {event.seq} ({_name(event)})")
             expected = event.seq
         expected += 1
     terminal = [e for e in events if isinstance(e, RunFinished | RunFailed)]
     if complete and not terminal:
-        found.append("no terminal event (run.finished or run.failed)")
+        found.append("[terminal] no terminal event (run.finished or run.failed)")
     if len(terminal) > 1:
-        found.append("more than one terminal event: seq "
+        found.append("[terminal] more than one terminal event: seq "
                      + ", ".join(str(e.seq) for e in terminal))
     if terminal and terminal[0] is not events[-1]:
-        found.append(f"events after the terminal event at seq {terminal[0].seq}")
+        found.append(f"[terminal] events after the terminal event at seq {terminal[0].seq}")
     return found
 
 
@@ -99,8 +100,8 @@ class _StepRules:
     finished: set[int] = field(default_factory=set)
     given_up: set[int] = field(default_factory=set)
 
-    def bad(self, event: RunEvent, text: str) -> None:
-        self.violations.append(f"seq {event.seq} {_name(event)}: {text}")
+    def bad(self, rule: str, event: RunEvent, text: str) -> None:
+        self.violations.append(f"[{rule}] seq {event.seq} {_name(event)}: {text}")
 
     def apply(self, event: RunEvent) -> None:
         match event:
@@ -117,7 +118,7 @@ class _StepRules:
             case StepStarted():
                 self._touches(event, event.step_id, event.attempt)
                 if (event.step_id, event.attempt) in self.outcome:
-                    self.bad(event, "started after the attempt's outcome")
+                    self.bad("after-outcome", event, "started after the attempt's outcome")
                 self.claimants.setdefault((event.step_id, event.attempt), set()).add(
                     event.executor)
             case StepFinished() | StepFailed():
@@ -131,7 +132,7 @@ class _StepRules:
             again = sid not in self.last_round and sid not in self.dispatched_steps \
                 and self.round_of[sid] == self.generation
             if not again:
-                self.bad(event, f"step {sid} was planned before")
+                self.bad("planned-once", event, f"step {sid} was planned before")
         self.steps[sid] = event.step
         self.round_of[sid] = self.generation
         self.last_round.add(sid)
@@ -140,21 +141,22 @@ class _StepRules:
         key = (event.step_id, event.attempt)
         step = self.steps.get(event.step_id)
         if step is None:
-            self.bad(event, f"step {event.step_id} was never planned")
+            self.bad("planned-first", event, f"step {event.step_id} was never planned")
         if key in self.dispatched:
-            self.bad(event, f"attempt {event.attempt} of step {event.step_id} was already "
-                            f"dispatched at seq {self.dispatched[key]}")
+            self.bad("one-dispatch", event, f"attempt {event.attempt} of step {event.step_id} "
+                     f"was already dispatched at seq {self.dispatched[key]}")
         self._abandoned(event, event.step_id)
         if event.attempt > 1:
             before = self.outcome.get((event.step_id, event.attempt - 1))
             if not (isinstance(before, StepFailed) and before.will_retry):
-                self.bad(event, f"attempt {event.attempt} of step {event.step_id} without "
-                                f"a failed attempt {event.attempt - 1} that will retry")
+                self.bad("retry-order", event, f"attempt {event.attempt} of step "
+                         f"{event.step_id} without a failed attempt {event.attempt - 1} that "
+                         "will retry")
         if step is not None:
             missing = [d for d in step.depends_on if d not in self.finished]
             if missing:
-                self.bad(event, f"step {event.step_id} dispatched before its dependencies "
-                                f"{missing} finished")
+                self.bad("dependencies", event, f"step {event.step_id} dispatched before "
+                         f"its dependencies {missing} finished")
         self.dispatched.setdefault(key, event.seq)
         self.dispatched_steps.add(event.step_id)
 
@@ -164,14 +166,15 @@ class _StepRules:
             self._touches(event, *key)
             claimed = self.claimants.get(key, set())
             if event.executor and claimed and event.executor not in claimed:
-                self.bad(event, f"finished by {event.executor}, which never claimed it "
-                                f"(claimants: {', '.join(sorted(claimed))})")
+                self.bad("claimant", event, f"finished by {event.executor}, which never "
+                         f"claimed it (claimants: {', '.join(sorted(claimed))})")
         elif key not in self.dispatched:
-            self.bad(event, f"attempt {event.attempt} of step {event.step_id} failed "
-                            f"({event.cause or 'error'}) but was never dispatched")
+            self.bad("dispatched-first", event, f"attempt {event.attempt} of step "
+                     f"{event.step_id} failed ({event.cause or 'error'}) but was never "
+                     "dispatched")
         if key in self.outcome:
-            self.bad(event, f"attempt {event.attempt} of step {event.step_id} already had "
-                            f"an outcome at seq {self.outcome[key].seq}")
+            self.bad("one-outcome", event, f"attempt {event.attempt} of step {event.step_id} "
+                     f"already had an outcome at seq {self.outcome[key].seq}")
             return
         self.outcome[key] = event
         if isinstance(event, StepFinished):
@@ -182,13 +185,14 @@ class _StepRules:
     def _touches(self, event: StepStarted | StepFinished, step_id: int, attempt: int) -> None:
         """A start or a finish: its attempt was dispatched, its round is not over."""
         if (step_id, attempt) not in self.dispatched:
-            self.bad(event, f"attempt {attempt} of step {step_id} was never dispatched")
+            self.bad("dispatched-first", event,
+                     f"attempt {attempt} of step {step_id} was never dispatched")
         self._abandoned(event, step_id)
 
     def _abandoned(self, event: RunEvent, step_id: int) -> None:
         old = self.round_of.get(step_id, self.generation) < self.generation
         if old and step_id not in self.finished:
-            self.bad(event, f"step {step_id} belongs to a round a replan ended")
+            self.bad("round-over", event, f"step {step_id} belongs to a round a replan ended")
 
     def settled_when_finished(self, seq: int) -> list[str]:
         """The run finished: its last round's steps all reached an end."""
@@ -203,11 +207,11 @@ class _StepRules:
                     blocked.add(sid)
                     grew = True
         for sid in sorted(self.last_round - ended - blocked):
-            found.append(f"seq {seq} run.finished: step {sid} of the last round neither "
+            found.append(f"[settled] seq {seq} run.finished: step {sid} of the last round neither "
                          "finished nor failed for good (nor waits behind one that failed)")
         for (sid, attempt), at in sorted(self.dispatched.items()):
             if sid in self.last_round and (sid, attempt) not in self.outcome:
-                found.append(f"seq {seq} run.finished: attempt {attempt} of step {sid} "
+                found.append(f"[settled] seq {seq} run.finished: attempt {attempt} of step {sid} "
                              f"(dispatched at seq {at}) has no outcome")
         return found
 

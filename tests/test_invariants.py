@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 
@@ -198,3 +200,9 @@ def test_each_rule_catches_its_breach(case: str) -> None:
     events, expected = BROKEN[case]
     found = event_log_violations(events)
     assert any(expected in v for v in found), found
+
+
+def test_every_violation_names_its_rule() -> None:
+    for events, _ in BROKEN.values():
+        for violation in event_log_violations(events):
+            assert re.match(r"^\[[a-z-]+\] ", violation), violation
