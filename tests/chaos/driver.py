@@ -26,9 +26,9 @@ from runtime.settings import Settings
 from runtime.team import TeamConfig
 from runtime.testing import open_scripted_model_server
 
-from .cluster import start_nodes, stop_nodes
+from .cluster import Node, start_nodes, stop_nodes
 from .evidence import run_lines
-from .faults import KINDS, FaultLoop
+from .faults import DURATIONS, KINDS, NODE_KINDS, FaultLoop
 from .fleet import ROOT, Fleet, Member, StartFailed
 from .ledger import read_ledger
 from .netns import Network, open_network
@@ -36,7 +36,7 @@ from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
 from .pings import ENV as PINGS_ENV
 from .pings import fast_pings, settings_ping_support
 from .report import Report, judge, ledger_figures, silences, timelines
-from .workload import make_runs, scenario
+from .workload import RunSpec, make_runs, scenario
 
 PREFIX = "chaos"
 TIMINGS = {"PLANCAST_ACK_WAIT": "2", "PLANCAST_RUN_LEASE": "3",
@@ -158,8 +158,8 @@ async def run_chaos(config: ChaosConfig) -> Report:
             stop_nodes(nodes)
 
 
-async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: Any, fleet: Fleet,
-                 specs: Any, urls: str, timeouts: bool) -> Report:
+async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[Node],
+                 fleet: Fleet, specs: list[RunSpec], urls: str, timeouts: bool) -> Report:
     log = config.log
     extra: dict[str, Any] = {"ping_interval": PINGS[0]} if settings_ping_support() else {}
     settings = Settings(nats_url=urls, prefix=PREFIX, replicas=3, **extra)
@@ -182,8 +182,7 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: Any, 
                 tg.start_soon(_watch, fleet, notes, _stamped(log))
                 tg.start_soon(_progress, runs, loop, samples, faults_done, _stamped(log))
                 async with anyio.create_task_group() as followers:
-                    spacing = fault_seconds(config) / config.runs
-                    followers.start_soon(_submit_all, bus, runs, followers, spacing,
+                    followers.start_soon(_submit_all, bus, runs, followers, loop,
                                          config.in_flight)
                     await faults_done.wait()
                     log(f"chaos: faults over after {time.time() - t0:.0f}s; waiting up to "
@@ -224,19 +223,20 @@ def _keep_logs(folder: Path, logs: dict[str, StoredLog]) -> None:
 
 
 def fault_seconds(config: ChaosConfig) -> float:
-    """About how long the fault loop runs."""
-    return config.faults_per_kind * len(config.kinds) * sum(config.pace) / 2
+    """About how long the fault loop runs: the pace, plus half of each node fault's hold
+    (one node fault at a time: the next waits for the last to heal)."""
+    node_hold = sum(sum(DURATIONS[k]) / 2 for k in config.kinds if k in NODE_KINDS)
+    return config.faults_per_kind * (len(config.kinds) * sum(config.pace) / 2 + node_hold / 2)
 
 
-async def _submit_all(bus: Any, runs: list[Tracked], followers: Any, spacing: float,
+async def _submit_all(bus: Any, runs: list[Tracked], followers: Any, loop: FaultLoop,
                       in_flight: int) -> None:
-    """Run i goes in ``i * spacing`` seconds after the first, when fewer than ``in_flight``
-    runs are in flight."""
-    t0 = time.time()
+    """Spread the runs over the faults: run i goes in once i/len(runs) of the faults were
+    injected and fewer than ``in_flight`` runs are in flight."""
     slots = anyio.Semaphore(in_flight)
     for i, run in enumerate(runs):
-        await anyio.sleep(max(t0 + i * spacing - time.time(), 0.0))
-        await slots.acquire()  # released when the run ends
+        await loop.injected(i * loop.total // len(runs))
+        await slots.acquire()  # released when the run ends (or looks hung)
         run.submitted = time.time()
         followers.start_soon(_run, bus, run, slots)
 

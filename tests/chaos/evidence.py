@@ -2,7 +2,8 @@
 
 Runner processes log ``HH:MM:SS.mmm <pid> <logger> <LEVEL> <message>`` (see
 ``tests.durability.runner``); each line naming the run is kept, with the pid replaced by
-the member it belonged to (``planner-2#3``: the third process of planner-2).
+the member it belonged to (``planner-2#3``: the third process of planner-2), and a line a
+member keeps repeating is shown once with its count.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ _LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) (\d+) (.*)$")
 
 def run_lines(log_dir: Path, run_id: str, owner_of: Callable[[int], str],
               limit: int = 200) -> list[str]:
-    """The last ``limit`` log lines that mention ``run_id``, oldest first."""
-    found: list[tuple[str, str]] = []
+    """The last ``limit`` log lines that mention ``run_id``, oldest first; a line one
+    member repeats is kept once, with how often and until when."""
+    first: dict[tuple[str, str], str] = {}
+    """(member, message) → the time it was first said."""
+    repeats: dict[tuple[str, str], list[str]] = {}
     for path in sorted(log_dir.glob("*.log")):
         with path.open(errors="replace") as log:
             for line in log:
@@ -25,12 +29,19 @@ def run_lines(log_dir: Path, run_id: str, owner_of: Callable[[int], str],
                     continue
                 match = _LINE.match(line.rstrip("\n"))
                 if match is None:
-                    found.append(("", f"{path.stem}: {line.strip()[:300]}"))
-                    continue
-                when, pid, rest = match.groups()
-                found.append((when, f"{when} {owner_of(int(pid))} {rest[:300]}"))
-    found.sort(key=lambda item: item[0])
-    return [text for _, text in found[-limit:]]
+                    when, who, what = "", path.stem, line.strip()
+                else:
+                    when, pid, what = match.groups()
+                    who = owner_of(int(pid))
+                key = (who, what[:300])
+                first.setdefault(key, when)
+                repeats.setdefault(key, []).append(when)
+    found = []
+    for key, when in sorted(first.items(), key=lambda item: item[1]):
+        times = repeats[key]
+        more = f" [x{len(times)} until {max(times)}]" if len(times) > 1 else ""
+        found.append(f"{when} {key[0]} {key[1]}{more}")
+    return found[-limit:]
 
 
 def last_line(path: Path) -> str:

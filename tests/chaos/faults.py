@@ -2,8 +2,10 @@
 
 Each round shuffles the kinds (seeded) and injects each once, so every kind gets the
 same share. A fault is injected at once and healed later in its own task, so faults
-overlap; at most one node-level fault (node stop, node kill, partition) holds at a time,
-so the cluster keeps a quorum of two, and a process under a fault is not picked again.
+overlap; but one node-level fault (node stop, node kill, partition) at a time, and the
+next only once the cluster is healthy again (every node current, a meta leader), so the
+cluster keeps its quorum: one failure at a time, never two. A process under a fault is
+not picked again until it is healed.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ from dataclasses import dataclass
 
 import anyio
 
-from .cluster import Node
+from .cluster import Node, cluster_ready
 from .fleet import Fleet, Member, StartFailed
 from .netns import Network
 
 KINDS = ("actor_kill", "actor_stop", "node_stop", "node_kill", "partition")
 NODE_KINDS = {"node_stop", "node_kill", "partition"}
+DURATIONS = {"actor_kill": (0.5, 3.0), "actor_stop": (1.0, 15.0), "node_stop": (1.0, 10.0),
+             "node_kill": (2.0, 5.0), "partition": (10.0, 20.0)}
+"""Seconds each kind holds (uniform, seeded): the stop, the delay before a restart, the cut."""
 RESTART_TRIES = 5
+RECOVERY_TIMEOUT = 60.0
+"""Seconds a healed node fault waits for the cluster to be healthy before the next."""
 
 
 @dataclass
@@ -36,9 +43,14 @@ class Fault:
     """Unix time it was healed (the process or node serves again, the link is up)."""
     error: str = ""
     """What went wrong while healing, if anything."""
+    recovered: float = 0.0
+    """Node faults: Unix time the cluster was healthy again after healing (0: not within
+    ``RECOVERY_TIMEOUT``)."""
 
     def describe(self) -> str:
         healed = f"healed after {self.end - self.start:.1f}s" if self.end else "not healed"
+        if self.recovered:
+            healed += f", cluster healthy {self.recovered - self.end:.1f}s later"
         return f"{self.kind} {self.target} for {self.seconds:.1f}s, {healed}" + (
             f" ({self.error})" if self.error else "")
 
@@ -60,9 +72,27 @@ class FaultLoop:
         self.faults: list[Fault] = []
         self._node_slot = anyio.Semaphore(1)
         """Held by the one node-level fault in progress."""
+        self._injected = anyio.Event()
+        self.done = False
+
+    @property
+    def total(self) -> int:
+        return self.per_kind * len(self.kinds)
+
+    async def injected(self, count: int) -> None:
+        """Return once ``count`` faults were injected (or the loop is over)."""
+        while len(self.faults) < count and not self.done:
+            await self._injected.wait()
 
     async def run(self) -> None:
         """Inject ``per_kind`` faults of each kind; returns once every one is healed."""
+        try:
+            await self._run()
+        finally:
+            self.done = True
+            self._injected.set()
+
+    async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(self.per_kind):
                 order = list(self.kinds)
@@ -85,11 +115,10 @@ class FaultLoop:
             member = self.rng.choice(free)
             member.faulted = True
             target = member.name
-        seconds = {"actor_kill": (0.5, 3.0), "actor_stop": (1.0, 15.0),
-                   "node_stop": (1.0, 10.0), "node_kill": (2.0, 5.0),
-                   "partition": (10.0, 20.0)}[kind]
-        fault = Fault(kind, target, time.time(), self.rng.uniform(*seconds))
+        fault = Fault(kind, target, time.time(), self.rng.uniform(*DURATIONS[kind]))
         self.faults.append(fault)
+        self._injected.set()
+        self._injected = anyio.Event()
         return fault
 
     def _member(self, fault: Fault) -> Member:
@@ -101,6 +130,22 @@ class FaultLoop:
     def _healed(self, fault: Fault) -> None:
         fault.end = time.time()
         self.log(f"fault healed: {fault.describe()}")
+
+    async def _node_done(self, fault: Fault) -> None:
+        """Wait until the cluster is healthy again, then let the next node fault in."""
+        try:
+            with anyio.move_on_after(RECOVERY_TIMEOUT):
+                # Servers have no event to wait on: poll their monitoring endpoints.
+                while not await anyio.to_thread.run_sync(  # noqa: ASYNC110
+                        cluster_ready, self.nodes):
+                    await anyio.sleep(0.5)
+                fault.recovered = time.time()
+            if not fault.recovered:
+                note = f"the cluster was not healthy {RECOVERY_TIMEOUT:.0f}s after healing"
+                fault.error = f"{fault.error}; {note}" if fault.error else note
+                self.log(f"fault: {fault.kind} {fault.target}: {note}")
+        finally:
+            self._node_slot.release()
 
     async def _actor_kill(self, fault: Fault) -> None:
         member = self._member(fault)
@@ -144,8 +189,8 @@ class FaultLoop:
             await anyio.sleep(fault.seconds)
             node.cont()
         finally:
-            self._node_slot.release()
-        self._healed(fault)
+            self._healed(fault)
+            await self._node_done(fault)
 
     async def _node_kill(self, fault: Fault) -> None:
         node = self._node(fault)
@@ -159,8 +204,8 @@ class FaultLoop:
                 fault.error = f"restart failed: {exc}"
                 self.log(f"fault: node {node.name} {fault.error}")
         finally:
-            self._node_slot.release()
-        self._healed(fault)
+            self._healed(fault)
+            await self._node_done(fault)
 
     async def _partition(self, fault: Fault) -> None:
         self.network.cut()
@@ -171,5 +216,5 @@ class FaultLoop:
             await anyio.sleep(fault.seconds)
         finally:
             self.network.heal()
-            self._node_slot.release()
-        self._healed(fault)
+            self._healed(fault)
+            await self._node_done(fault)

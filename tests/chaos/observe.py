@@ -37,7 +37,8 @@ from .workload import RunSpec
 
 IDLE = 30.0
 """Seconds without an event before a follower starts over (its consumer may be lost)."""
-SUBMIT_TRIES = 6
+SUBMIT_FOR = 60.0
+"""Seconds a client keeps submitting a run (the same id each time) before giving up."""
 
 
 @dataclass
@@ -70,7 +71,8 @@ async def submit_run(bus: Bus, run: Tracked) -> bool:
     (the run then counts as ended)."""
     run.submitted = run.submitted or time.time()
     request = RunRequest(goal=run.spec.goal, run_id=run.run_id)
-    for _ in range(SUBMIT_TRIES):
+    deadline = time.monotonic() + SUBMIT_FOR
+    while time.monotonic() < deadline:
         try:
             await submit(bus, request, timeout=10)
         except (RunNotAccepted, NatsError, TimeoutError) as exc:

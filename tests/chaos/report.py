@@ -19,10 +19,10 @@ from protocols import (
 )
 
 from ..invariants import event_log_violations
-from .faults import KINDS, Fault
+from .faults import KINDS, NODE_KINDS, RECOVERY_TIMEOUT, Fault
 from .ledger import Execution, redelivered, repeated
 from .observe import StoredLog, Tracked
-from .workload import ANSWER
+from .workload import ANSWER, MAX_SLEEP
 
 EVIDENCE_SHOWN = 15
 """Log lines printed per troubled run (the JSON report keeps up to 200)."""
@@ -196,11 +196,12 @@ def render(report: Report) -> str:
              f"  hung (no terminal event)       {len(report.of('hung'))}",
              f"  never accepted                 {len(report.of('refused'))}",
              f"  runs with log violations       {sum(bool(r.violations) for r in runs)}"
-             f" ({sum(len(r.violations) for r in runs)} violations)",
+             f" ({_by_rule(runs)})",
              f"  executions (ledger)            {report.executions}",
              f"  duplicate executions/delivery  {len(report.duplicates)}",
              f"  attempts redelivered           {report.redeliveries}",
-             "", "  fault kind    count  silence p50   max    worst  (runs that ended)"]
+             "", "  fault kind    count  silence p50   max    worst  (runs that ended; steps "
+             f"sleep up to {MAX_SLEEP:g}s)"]
     counts = Counter(f.kind for f in report.faults)
     for kind in KINDS:
         if kind in report.unavailable:
@@ -209,6 +210,7 @@ def render(report: Report) -> str:
         s = report.silences.get(kind)
         figures = f"{s.p50:8.2f}s {s.max:6.2f}s  {s.worst}" if s else "       -"
         lines.append(f"  {kind:<12} {counts[kind]:5}  {figures}")
+    lines += _recoveries(report.faults)
     for r in runs:
         if r.status == "refused":
             lines.append(f"  never accepted {r.run_id}: {r.reason:.200}")
@@ -225,6 +227,27 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _by_rule(runs: Sequence[RunVerdict]) -> str:
+    """``12 violations: claimant 7, settled 5`` (the rule is the bracketed first word)."""
+    rules = Counter(v.split("]", 1)[0].lstrip("[") if v.startswith("[") else "other"
+                    for r in runs for v in r.violations)
+    listed = ", ".join(f"{rule} {n}" for rule, n in rules.most_common())
+    return f"{sum(rules.values())} violations" + (f": {listed}" if listed else "")
+
+
+def _recoveries(faults: Sequence[Fault]) -> list[str]:
+    """How long the cluster took to be healthy again after each kind of node fault."""
+    lines = []
+    for kind in sorted({f.kind for f in faults if f.kind in NODE_KINDS}):
+        mine = [f for f in faults if f.kind == kind and f.end]
+        took = [f.recovered - f.end for f in mine if f.recovered]
+        if took:
+            lines.append(f"  {kind:<12} cluster healthy again after p50 "
+                         f"{statistics.median(took):.2f}s, max {max(took):.2f}s; "
+                         f"not within {RECOVERY_TIMEOUT:.0f}s: {len(mine) - len(took)}")
+    return lines
+
+
 def to_json(report: Report) -> dict[str, Any]:
     data = asdict(report)
     data["summary"] = {
@@ -236,6 +259,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "hung": len(report.of("hung")),
         "refused": len(report.of("refused")),
         "runs_with_violations": sum(bool(r.violations) for r in report.runs),
+        "violations": _by_rule(report.runs),
         "duplicate_executions": len(report.duplicates),
         "redelivered_attempts": report.redeliveries,
         "faults": dict(Counter(f.kind for f in report.faults)),
