@@ -59,7 +59,8 @@ class Executor(RoleActor):
         results = self.bus.subject(Verb.RESULT, task.run_id)
         claim = await self.bus.publish_soon(  # stored before the result: same connection
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
-                                 attempt=task.attempt, executor=me, delivery=ctx.delivery),
+                                 attempt=task.attempt, executor=me, delivery=ctx.delivery,
+                                 heartbeat=self.settings.heartbeat_interval),
             msg_id=f"{ctx.key}/claim",
         )
         token = current_step.set(ctx)

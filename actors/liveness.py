@@ -114,11 +114,12 @@ class Liveness:
         last = max((self._role_live.get(r, 0.0) for r in roles), default=0.0)
         return time.monotonic() - max(last, self._since)
 
-    def reporting(self, executor: str, work: str, claimed_at: float) -> float | None:
+    def reporting(self, executor: str, work: str, claimed_at: float,
+                  beats: float) -> float | None:
         """Seconds since ``executor`` last showed it holds ``work``: its claim (Unix time
-        ``claimed_at``) or a heartbeat listing it. None if it has never been heard (a
-        worker that sends no heartbeats: only the timeouts apply to it)."""
-        if executor not in self._heard:
+        ``claimed_at``) or a heartbeat listing it. None for a worker that sends no
+        heartbeats (``beats`` 0, never heard): only the timeouts apply to it."""
+        if executor not in self._heard and not beats:
             return None
         last = self._listed.get(executor, {}).get(work, 0.0)
         return min(time.monotonic() - max(last, self._since), time.time() - claimed_at)

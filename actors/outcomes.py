@@ -88,10 +88,11 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
         return  # delivered again
     meta.claimants.add(key)
     meta.executor, meta.delivery, meta.claimed_at = claim.executor, claim.delivery, time.time()
+    meta.beats = claim.heartbeat
     run.touch(claim.step_id)
     await run.events.emit(StepStarted(run_id=run.run_id, step_id=claim.step_id,
                                       attempt=claim.attempt, executor=claim.executor,
-                                      delivery=claim.delivery))
+                                      delivery=claim.delivery, heartbeat=claim.heartbeat))
 
 
 async def _result(run: Run, result: StepResult, patient: bool) -> None:

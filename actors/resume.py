@@ -145,6 +145,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                 m = meta[event.step_id]
                 m.claimants.add(f"{event.executor}#{event.delivery}")
                 m.executor, m.delivery, m.claimed_at = event.executor, event.delivery, now
+                m.beats = event.heartbeat
             case StepFailed() if event.cause in TIMER_CAUSES \
                     and _current(state, event.step_id, event.attempt):
                 if not event.will_retry:

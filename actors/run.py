@@ -144,6 +144,7 @@ class Run:
             return
         async with self.lock:  # send what the log says was sent, and what is ready
             await self._republish_ready()
+            self.scheduler.promote()
             await self.dispatch(self.scheduler.ready())
             self.check_round_over()
         await self.save()
@@ -152,6 +153,11 @@ class Run:
             if not self.plan_closed:
                 await plan_round(self, round_, self.round_reason)
             await self._until(lambda: self.scheduler.closed and self.scheduler.is_done())
+            async with self.lock:  # a step that waits on nothing must not be left behind
+                stray = self.scheduler.promote()
+                await self.dispatch(stray)
+            if stray and self.replan is None:
+                continue
             reason, source = self._why_replan()
             if not reason:
                 decision = await self._synthesize(req.max_replans - round_)

@@ -69,6 +69,8 @@ class StepMeta:
     """Unix time the current attempt was dispatched (or the run adopted)."""
     claimed_at: float = 0.0
     """Unix time of the current attempt's latest claim (0: not claimed yet)."""
+    beats: float = 0.0
+    """The latest claimant's heartbeat interval (0: it sends none)."""
     review_sent_at: float = 0.0
     """Unix time its output went to the critic."""
     task_seq: int = 0
@@ -80,6 +82,7 @@ class StepMeta:
         """Forget the previous attempt's claims and timers."""
         self.executor, self.delivery, self.claimants = "", 0, set()
         self.dispatched_at, self.claimed_at, self.review_sent_at = now, 0.0, 0.0
+        self.beats = 0.0
         self.task_seq, self.task_id, self.review_output = 0, "", None
 
 
@@ -114,6 +117,7 @@ async def restore(
         r.round, r.executor, r.delivery, r.review_output, r.feedback, r.output_ref, r.usage,
         # A planner taking the run over starts the clocks afresh: never early.
         claimants=set(r.claimants), dispatched_at=now, claimed_at=now if r.claimed_at else 0.0,
+        beats=r.heartbeat,
         review_sent_at=now if r.review_output is not None else 0.0,
         task_seq=r.task_seq, task_id=r.task_id) for r in ordered}
     return RunState(record, scheduler, meta)
@@ -130,7 +134,8 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
         error=scheduler.failures.get(step.id, ""), executor=meta.executor,
         delivery=meta.delivery, review_output=meta.review_output, feedback=meta.feedback,
         usage=meta.usage, claimants=sorted(meta.claimants), dispatched_at=meta.dispatched_at,
-        claimed_at=meta.claimed_at, task_seq=meta.task_seq, task_id=meta.task_id,
+        claimed_at=meta.claimed_at, heartbeat=meta.beats, task_seq=meta.task_seq,
+        task_id=meta.task_id,
     )
 
 

@@ -117,7 +117,8 @@ async def _expired(run: Run, step: Step, meta: StepMeta, now: float) -> Expired 
                        f"[roles.{step.role}], or timeout on the step)")
     liveness = run.planner.liveness
     if liveness.listening(run.bus.settings.heartbeat_interval):
-        silent = liveness.reporting(meta.executor, f"{run.run_id}/{step.id}", meta.claimed_at)
+        silent = liveness.reporting(meta.executor, f"{run.run_id}/{step.id}", meta.claimed_at,
+                                    meta.beats)
         if silent is not None and silent > timeouts.heartbeat:
             return expired("heartbeat", f"{meta.executor} stopped reporting attempt "
                            f"{attempt}: no heartbeat listed it for {silent:.0f}s (heartbeat "

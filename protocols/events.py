@@ -75,6 +75,8 @@ class StepStarted(Event, frozen=True, kw_only=True, tag="event.step.started"):
     """The instance running it."""
     delivery: int = 0
     """The task's JetStream delivery count (above 1: a redelivery after a silent executor)."""
+    heartbeat: float = 0.0
+    """Seconds between the executor's heartbeats (0: it sends none)."""
 
 
 class StepFinished(Event, frozen=True, kw_only=True, tag="event.step.finished"):

@@ -92,6 +92,9 @@ class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
     """The instance working on it (``role/instance``)."""
     delivery: int = 1
     """JetStream's delivery count: a redelivered task has a higher one (fences stale work)."""
+    heartbeat: float = 0.0
+    """Seconds between the claimant's heartbeats, which list the step while it works on it;
+    0 if it sends none (then only the step's timeout tells it is gone)."""
 
 
 class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):

@@ -69,6 +69,8 @@ class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
     """Unix time the current attempt was dispatched (its timers start here)."""
     claimed_at: float = 0.0
     """Unix time of the current attempt's latest claim (start-to-close counts from here)."""
+    heartbeat: float = 0.0
+    """The latest claimant's heartbeat interval (0: it sends none)."""
     task_seq: int = 0
     """The current attempt's task in the work stream (deleted when the attempt is given up)."""
     task_id: str = ""

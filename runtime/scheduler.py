@@ -300,6 +300,18 @@ class Scheduler:
         """Steps ready but not started, in emission order."""
         return [s for sid, s in self._steps.items() if self._state[sid] is StepState.READY]
 
+    def promote(self) -> list[Step]:
+        """Pending steps whose dependencies are all done become ready (returned).
+
+        Only a restored run can hold one: its step records may have been stored by a save
+        whose run header never was, so a dependency is done and its dependent still waits.
+        """
+        ready = [s for sid, s in self._steps.items()
+                 if self._state[sid] is StepState.PENDING and self._deps_done(sid)]
+        for step in ready:
+            self._state[step.id] = StepState.READY
+        return ready
+
     def blocked(self) -> list[int]:
         """Pending steps that cannot run because something they need (transitively) failed."""
         found: set[int] = set()

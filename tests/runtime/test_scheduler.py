@@ -423,3 +423,16 @@ def test_discard_pending_keeps_dispatched_steps_and_forgets_the_rest() -> None:
     s.add(agent(3, 1))  # the corrected plan may reuse the ids
     s.close_plan()
     assert s.state(3) is StepState.READY
+
+
+def test_a_restored_step_whose_dependencies_are_done_is_promoted_to_ready() -> None:
+    """Step records can be newer than the run header: a dependency done, its dependent
+    still pending. Nothing else would ever ready it."""
+    s = Scheduler.restore(
+        known_roles=["researcher"], known_tools=["search"], max_steps=10, round=0,
+        closed=True, steps=[(agent(1), 0, StepState.DONE, 1, "one"),
+                            (agent(2, 1), 0, StepState.PENDING, 1, ""),
+                            (agent(3, 2), 0, StepState.PENDING, 1, "")])
+    assert s.is_done()  # what made such a run end without step 2 and 3
+    assert ids(s.promote()) == [2] and s.state(2) is StepState.READY
+    assert s.promote() == [] and not s.is_done()

@@ -1,0 +1,102 @@
+"""A planner taking a run over folds the events its predecessor stored after the last
+saved state into that state: the log is continued, never contradicted."""
+
+from __future__ import annotations
+
+import msgspec
+
+from actors.resume import fold
+from actors.run_state import RunState, StepMeta
+from protocols import (
+    PlanFinished,
+    ReplanStarted,
+    RunEvent,
+    RunFinished,
+    RunRecord,
+    RunRequest,
+    Step,
+    StepDispatched,
+    StepFailed,
+    StepFinished,
+    StepPlanned,
+    StepStarted,
+    Usage,
+    UsageRecorded,
+)
+from runtime.events import identity
+from runtime.scheduler import Scheduler, StepState
+
+RUN = "run-1"
+
+
+def step(sid: int, *deps: int) -> Step:
+    return Step(id=sid, role="worker", tool="echo", args={"text": "x"}, depends_on=list(deps))
+
+
+def saved(*steps: tuple[Step, StepState], closed: bool = False) -> RunState:
+    """A run as restored: steps in these states (attempt 1), next event number 10."""
+    scheduler = Scheduler.restore(
+        known_roles=["worker"], known_tools=["echo"], max_steps=20, round=0, closed=closed,
+        steps=[(s, 0, state, 1, "out" if state is StepState.DONE else "") for s, state in steps])
+    record = RunRecord(run_id=RUN, request=RunRequest(goal="g"), next_seq=10,
+                       plan_closed=closed)
+    return RunState(record, scheduler, {s.id: StepMeta(0) for s, _ in steps})
+
+
+def tail(*events: RunEvent, fence: int = 7) -> list[tuple[RunEvent, int]]:
+    return [(msgspec.structs.replace(e, seq=10 + i), fence) for i, e in enumerate(events)]
+
+
+def test_steps_planned_and_dispatched_after_the_last_save_stand_as_announced() -> None:
+    state = saved((step(1), StepState.RUNNING))
+    out = fold(state, tail(
+        StepPlanned(run_id=RUN, round=0, step=step(2)),
+        StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+        StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a", delivery=1,
+                    heartbeat=0.5),
+        StepPlanned(run_id=RUN, round=0, step=step(3, 1)),
+        PlanFinished(run_id=RUN, round=0, steps=3),
+    ), next_seq=10)
+    s = state.scheduler
+    assert s.state(2) is StepState.RUNNING and s.state(3) is StepState.PENDING and s.closed
+    assert state.meta[2].claimants == {"worker/a#1"} and state.meta[2].beats == 0.5
+    assert out.republish == {2: f"{RUN}/2/1/f7"}  # sent again under its old id
+    assert out.last_seq == 14 and state.record.plan_closed
+
+
+def test_announced_outcomes_are_not_applied_but_not_told_twice() -> None:
+    state = saved((step(1), StepState.RUNNING))
+    finished = StepFinished(run_id=RUN, step_id=1, attempt=1, output="one")
+    usage = UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=1),
+                          total=Usage(calls=3))
+    out = fold(state, tail(finished, usage), next_seq=10)
+    assert state.scheduler.state(1) is StepState.RUNNING  # its result comes again
+    assert identity(finished) in out.announced and identity(finished) in out.told
+    assert out.usage == Usage(calls=3)
+
+
+def test_a_failure_decided_by_a_clock_is_applied() -> None:
+    state = saved((step(1), StepState.RUNNING))
+    fold(state, tail(StepFailed(run_id=RUN, step_id=1, attempt=1, error="no worker",
+                                will_retry=False, cause="unserved")), next_seq=10)
+    assert state.scheduler.state(1) is StepState.FAILED
+
+
+def test_a_replan_and_the_end_are_taken_as_told() -> None:
+    state = saved((step(1), StepState.DONE), (step(2), StepState.RUNNING), closed=True)
+    out = fold(state, tail(ReplanStarted(run_id=RUN, round=1, reason="why", source="x")),
+               next_seq=10)
+    assert state.scheduler.round == 1 and not state.record.plan_closed
+    assert state.record.round_reason == "why" and ("decision", 0) in out.told
+    assert 2 in state.scheduler.dropped
+    out = fold(saved((step(1), StepState.DONE)), tail(RunFinished(run_id=RUN, answer="a")),
+               next_seq=10)
+    assert isinstance(out.terminal, RunFinished)
+
+
+def test_events_before_the_saved_state_are_ignored() -> None:
+    state = saved((step(1), StepState.RUNNING))
+    old = (StepFailed(run_id=RUN, seq=9, step_id=1, attempt=1, error="e", will_retry=False,
+                      cause="timeout"), 7)
+    out = fold(state, [old], next_seq=10)
+    assert state.scheduler.state(1) is StepState.RUNNING and out.last_seq == 9
