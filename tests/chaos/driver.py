@@ -139,8 +139,8 @@ async def run_chaos(config: ChaosConfig) -> Report:
     log(f"chaos: seed {config.seed}, {config.runs} runs (critical path ~{path:.1f}s), "
         f"{config.faults_per_kind} faults of each kind, timeouts {'on' if timeouts else 'off'}"
         f"; work dir {work}")
-    with open_network(config.seed) as network:
-        if network.unavailable:
+    with open_network(config.seed, wanted="partition" in config.kinds) as network:
+        if network.unavailable and "partition" in config.kinds:
             log(f"chaos: partitions unavailable: {network.unavailable}")
         nodes = await start_nodes(work / "nats", network)
         try:

@@ -76,9 +76,10 @@ def why_not() -> str:
 
 
 @contextmanager
-def open_network(tag: int | None = None) -> Iterator[Network]:
-    """A side namespace joined to the root by two veth pairs, removed on exit."""
-    reason = why_not()
+def open_network(tag: int | None = None, *, wanted: bool = True) -> Iterator[Network]:
+    """A side namespace joined to the root by two veth pairs, removed on exit (loopback
+    only if not ``wanted``: no partition fault is planned)."""
+    reason = why_not() if wanted else "no partition fault was asked for"
     if reason:
         yield Network("127.0.0.1", "127.0.0.1", "127.0.0.1", unavailable=reason)
         return
