@@ -129,10 +129,25 @@ class StoredLog:
     """Identical events stored twice under one number (informational)."""
     conflicts: list[str] = field(default_factory=list)
     """Different events stored under one number (a violation)."""
+    error: str = ""
+    """Why the stream could not be read (then ``events`` is empty)."""
 
 
-async def read_log(bus: Bus, run_id: str, timeout: float = 20.0) -> StoredLog:
-    """Every stored event of the run, read raw from the events stream."""
+async def read_log(bus: Bus, run_id: str, timeout: float = 60.0) -> StoredLog:
+    """Every stored event of the run, read raw from the events stream; retried while the
+    stream does not answer (a cluster still recovering), ``error`` says if it never did."""
+    deadline = anyio.current_time() + timeout
+    while True:
+        try:
+            with anyio.fail_after(max(deadline - anyio.current_time(), 1.0)):
+                return await _read_log(bus, run_id)
+        except (NatsError, TimeoutError) as exc:
+            if anyio.current_time() >= deadline:
+                return StoredLog([], error=f"{type(exc).__name__}: {exc}")
+            await anyio.sleep(1.0)
+
+
+async def _read_log(bus: Bus, run_id: str) -> StoredLog:
     stream = stream_name(bus.prefix, Stream.EVENTS)
     subject = bus.subject(Verb.EVENT, run_id)
     try:
@@ -144,13 +159,13 @@ async def read_log(bus: Bus, run_id: str, timeout: float = 20.0) -> StoredLog:
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True,
                                  deliver_policy=api.DeliverPolicy.ALL)
     try:
-        with anyio.move_on_after(timeout):
-            async for msg in sub.messages:
-                raw.append(decoder.decode(await bus.resolve(msg.data)))
-                if msg.metadata.sequence.stream >= (last.seq or 0):
-                    break
+        async for msg in sub.messages:
+            raw.append(decoder.decode(await bus.resolve(msg.data)))
+            if msg.metadata.sequence.stream >= (last.seq or 0):
+                break
     finally:
-        await sub.unsubscribe()
+        with anyio.CancelScope(shield=True):
+            await sub.unsubscribe()
     by_seq: dict[int, list[RunEvent]] = defaultdict(list)
     for event in raw:
         by_seq[event.seq].append(event)

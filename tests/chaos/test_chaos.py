@@ -1,4 +1,4 @@
-"""A short seeded chaos run in the normal suite: ~20 runs through two faults of each kind.
+"""A short seeded chaos run in the normal suite: 40 runs through two faults of each kind.
 
 It asserts what must hold whatever fails: no run hangs, no answer is wrong, no event log
 breaks a rule, no delivery is executed twice. ``pytest -s`` prints the report. The long
@@ -35,14 +35,24 @@ def _check(report: Report) -> None:
     assert not report.of("refused"), render(report)
 
 
-@pytest.mark.timeout(420)
+# nats-py leaves a StreamWriter of a reconnect attempt through the partition unclosed; its
+# __del__ warns once the loop is gone. That is the client library's leak, not a run's
+# outcome (reported to the runtime; remove this once the connection closes it).
+STREAM_WRITER_LEAK = ("ignore:Exception ignored in. <function StreamWriter.__del__"
+                      ":pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.filterwarnings(STREAM_WRITER_LEAK)
 async def test_short_chaos_run(tmp_path: Path) -> None:
-    report = await _chaos(tmp_path, runs=20, faults_per_kind=2, seed=7, settle=120.0)
+    report = await _chaos(tmp_path, runs=40, faults_per_kind=2, seed=7, in_flight=10,
+                          settle=90.0)
     _check(report)
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(1800)
+@pytest.mark.filterwarnings(STREAM_WRITER_LEAK)
 async def test_longer_chaos_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if "chaos" not in (request.config.getoption("-m") or ""):
         pytest.skip("the longer chaos run goes with `pytest -m chaos`")
