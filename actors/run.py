@@ -41,7 +41,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import Fenced, Unsettled
-from runtime.errors import ModelError, PlanValidationError, StepStateError
+from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity
 from runtime.scheduler import StepState
 
@@ -337,21 +337,6 @@ class Run:
             return "; ".join(f"step {sid} failed: {err}" for sid, err in failures.items()), \
                 "planner"
         return "", ""
-
-    def check_tool_allowed(self, step: Step) -> None:
-        role = self.team.roles.get(step.role)
-        if step.tool not in self.planner.known_tools:
-            return  # an unknown tool (or none): the scheduler says which tools exist
-        if role is not None and step.tool is not None and step.tool not in role.tools:
-            raise PlanValidationError(
-                f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
-                f"its tools are: {', '.join(role.tools) or 'none'}. Assign the step to a role "
-                "that has the tool.", step_id=step.id)
-
-    def next_id(self) -> int:
-        """The first id a new plan may use: dropped steps' ids stay taken."""
-        return max((*(s.id for s in self.scheduler.steps), *self.scheduler.dropped),
-                   default=0) + 1
 
     async def _finish(self, answer: str) -> None:
         await self.events.emit(RunFinished(run_id=self.run_id, answer=answer, usage=self.usage))

@@ -34,7 +34,7 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
         await run.events.emit(PlanStarted(run_id=run.run_id, round=round_,
                                           model=model.settings.model))
         content = prompts.planner_request(
-            run.request.goal, team.executors(), run.planner.ctx.tools, first_id=run.next_id(),
+            run.request.goal, team.executors(), run.planner.ctx.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
         )
@@ -116,7 +116,7 @@ def _check_complete(lines: LineStream, count: int) -> None:
 
 async def _accept(run: Run, round_: int, step: Step) -> None:
     async with run.lock:
-        run.check_tool_allowed(step)
+        _check_tool_allowed(run, step)
         ready = run.scheduler.add(step)
         run.meta[step.id] = StepMeta(round_)
         run.touch(step.id)
@@ -126,6 +126,22 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
         await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shown))
         await run.dispatch(ready)
     await run.save()
+
+
+def _check_tool_allowed(run: Run, step: Step) -> None:
+    role = run.team.roles.get(step.role)
+    if step.tool not in run.planner.known_tools:
+        return  # an unknown tool (or none): the scheduler says which tools exist
+    if role is not None and step.tool is not None and step.tool not in role.tools:
+        raise PlanValidationError(
+            f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
+            f"its tools are: {', '.join(role.tools) or 'none'}. Assign the step to a role "
+            "that has the tool.", step_id=step.id)
+
+
+def _next_id(run: Run) -> int:
+    """The first id a new plan may use: dropped steps' ids stay taken."""
+    return max((*(s.id for s in run.scheduler.steps), *run.scheduler.dropped), default=0) + 1
 
 
 async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]:

@@ -16,82 +16,41 @@ import re
 import secrets
 import socket
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 from nats.errors import Error as NatsError
-from nats.js import api
 
 from protocols import (
     ActorError,
     Heartbeat,
     Message,
-    ReviewTask,
-    StepTask,
-    Stream,
-    SynthesisTask,
     Verb,
     WorkError,
     decoder_for,
-    stream_name,
     validate_token,
 )
 
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
+from .reports import header_safe, tag_of, traceback_tail, work_error
+from .sources import (
+    FETCH_WAIT,
+    REBIND_AFTER,
+    Source,
+    Subscription,
+    WorkQueue,
+    bind,
+    consumer_config,
+    on,
+)
+
+__all__ = ["Actor", "Source", "Subscription", "WorkQueue", "new_instance_id", "on"]
 
 log = logging.getLogger(__name__)
-
-H = TypeVar("H", bound=Callable[..., Awaitable[None]])
-
-FETCH_WAIT = 1.0
-"""Seconds one pull request waits for work before asking again (bounds drain latency)."""
-REBIND_AFTER = 5
-"""Consecutive failed fetches after which the consumer is bound afresh."""
-
-
-def on(*message_types: type[Message]) -> Callable[[H], H]:
-    """Mark a method as the handler of these message types: ``async def h(self, msg, delivery)``."""
-
-    def mark(fn: H) -> H:
-        fn.__plancast_handles__ = message_types  # type: ignore[attr-defined]
-        return fn
-
-    return mark
-
-
-@dataclass(frozen=True)
-class Subscription:
-    """Core NATS: requests and broadcasts. ``queue`` shares them among instances."""
-
-    subject: str
-    queue: str | None = None
-    accepts: tuple[type[Message], ...] = ()
-    """Message types valid here; empty means every type the actor handles."""
-
-
-@dataclass(frozen=True)
-class WorkQueue:
-    """A JetStream pull consumer shared by all instances of a role: each task goes to one."""
-
-    stream: Stream
-    subject: str
-    consumer: str
-    """Durable consumer name, shared by every instance that does this work."""
-    accepts: tuple[type[Message], ...] = ()
-    ack_wait: float | None = None
-    """Seconds before unacknowledged work is redelivered; None uses the settings."""
-    max_deliver: int | None = None
-    """Deliveries before the message is dead-lettered; None uses the settings, -1 never
-    (for outcomes that must not be lost: a failing handler retries them with backoff)."""
-
-
-Source = Subscription | WorkQueue
 
 
 def new_instance_id() -> str:
@@ -241,40 +200,19 @@ class Actor:
         self, source: WorkQueue, decoder: Any, scope: anyio.CancelScope,
         task_status: TaskStatus[Any],
     ) -> None:
-        max_deliver = source.max_deliver or self.settings.max_deliver
-        config = api.ConsumerConfig(
-            durable_name=source.consumer,
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=source.ack_wait or self.settings.ack_wait,
-            max_deliver=max_deliver,
-            filter_subject=source.subject,
-        )
+        config = consumer_config(source, self.settings)
         self._ack_wait = min(self._ack_wait, config.ack_wait or self._ack_wait)
         started = False
         while True:  # (re)bind the consumer: a failover may lose it or time its creation out
-            psub = await self._pull_subscribe(source, config)
+            psub = await bind(self.bus, source, config, self.name)
             if not started:
                 task_status.started(scope)
                 started = True
             try:
-                await self._fetch_loop(psub, decoder, max_deliver)
+                await self._fetch_loop(psub, decoder, config.max_deliver or 1)
             finally:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await psub.unsubscribe()
-
-    async def _pull_subscribe(self, source: WorkQueue, config: api.ConsumerConfig) -> Any:
-        """Bind to the durable consumer, retrying through leader elections and reconnects."""
-        delay = 0.1
-        while True:
-            try:
-                return await self.bus.js.pull_subscribe(
-                    source.subject, durable=source.consumer,
-                    stream=stream_name(self.bus.prefix, source.stream), config=config)
-            except (NatsError, TimeoutError) as exc:
-                log.warning("%s: binding consumer %s failed (%s); retrying in %.1fs",
-                            self.name, source.consumer, exc, delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 1.0)
 
     async def _fetch_loop(self, psub: Any, decoder: Any, max_deliver: int) -> None:
         """Pull one task at a time while a slot is free; return to rebind the consumer
@@ -346,7 +284,7 @@ class Actor:
         except msgspec.ValidationError as exc:
             if offloaded(delivery.data) is not None:
                 return await self._decode_offloaded(delivery, decoder)
-            return f"invalid message ({_tag_of(delivery.data)}): {exc}"
+            return f"invalid message ({tag_of(delivery.data)}): {exc}"
         except msgspec.DecodeError as exc:
             return f"malformed message, not valid JSON: {exc}"
 
@@ -369,7 +307,7 @@ class Actor:
             await self.bus.js.publish(
                 dead, delivery.data,
                 headers={"Plancast-Subject": delivery.subject,
-                         "Plancast-Reason": _header_safe(reason)},
+                         "Plancast-Reason": header_safe(reason)},
             )
         except Exception as exc:
             log.error("could not keep dead letter on %s: %s", dead, exc)
@@ -403,11 +341,11 @@ class Actor:
                 await self._report(ActorError(
                     role=self.name, instance=self.instance, subject=delivery.subject,
                     reason=f"handler {reason} (delivery {delivery.deliveries}, will retry)",
-                    size=delivery.size, traceback=_traceback(exc), ts=time.time(),
+                    size=delivery.size, traceback=traceback_tail(exc), ts=time.time(),
                 ))
             await delivery.nak(delay=min(2.0 ** delivery.deliveries, 30.0) / 4)
             return
-        await self._reject(delivery, f"handler {reason}", _traceback(exc))
+        await self._reject(delivery, f"handler {reason}", traceback_tail(exc))
 
     async def _tell_run(self, report: WorkError) -> None:
         try:
@@ -456,43 +394,8 @@ class Actor:
                         log.debug("in-progress ack failed: %s", exc)
 
 
-def work_error(message: Message, *, actor: str, delivery: int, error: str,
-               will_retry: bool) -> WorkError | None:
-    """The report to a run of a failure to handle one of its tasks (None: not run work)."""
-    common: dict[str, Any] = {"actor": actor, "delivery": delivery, "error": error[:2000],
-                              "will_retry": will_retry}
-    match message:
-        case StepTask():
-            return WorkError(run_id=message.run_id, work="step", step_id=message.step.id,
-                             attempt=message.attempt, **common)
-        case ReviewTask():
-            return WorkError(run_id=message.run_id, work="review", step_id=message.step.id,
-                             attempt=message.attempt, **common)
-        case SynthesisTask():
-            return WorkError(run_id=message.run_id, work="synthesis", **common)
-    return None
-
-
-def _traceback(exc: Exception) -> str:
-    return "".join(traceback.format_exception(exc, limit=-4))[-2000:]
-
-
 def _union(types: tuple[type[Message], ...]) -> Any:
     union: Any = types[0]
     for t in types[1:]:
         union = union | t
     return union
-
-
-def _tag_of(data: bytes) -> str:
-    try:
-        obj = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return "not JSON"
-    if isinstance(obj, dict):
-        return f"type {obj.get('type')!r}"
-    return f"a JSON {type(obj).__name__}, not an object"
-
-
-def _header_safe(text: str) -> str:
-    return re.sub(r"[\r\n]+", " ", text)[:512]
