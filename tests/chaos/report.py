@@ -102,7 +102,8 @@ def judge(run: Tracked, log: StoredLog) -> RunVerdict:
     if not run.accepted and not events:
         why = "; ".join(run.submit_errors[-3:]) if run.submitted else "never submitted"
         return RunVerdict(run.run_id, "refused", reason=why)
-    ended = bool(events) and isinstance(events[-1], RunFinished | RunFailed)
+    end = _end(events)
+    ended = end is not None
     verdict.violations = [*event_log_violations(events, complete=ended), *log.conflicts,
                           *(f"live/replay: {m}" for m in run.mismatches)]
     if events:
@@ -113,16 +114,21 @@ def judge(run: Tracked, log: StoredLog) -> RunVerdict:
             if event.output != want:
                 verdict.wrong.append(f"step {event.step_id} attempt {event.attempt} gave "
                                      f"{event.output!r:.120}, expected {want!r:.120}")
-    last = events[-1] if events else None
-    if isinstance(last, RunFailed):
+    if isinstance(end, RunFailed):
         verdict.status = "failed"
-        verdict.reason = f"{last.cause or last.stage}: {last.reason}"
-    elif isinstance(last, RunFinished):
+        verdict.reason = f"{end.cause or end.stage}: {end.reason}"
+    elif isinstance(end, RunFinished):
         verdict.status = "finished"
-        if last.answer != ANSWER:
-            verdict.wrong.append(f"answer {last.answer!r:.120}, expected {ANSWER!r}")
-        verdict.lost = _lost(events)
+        if end.answer != ANSWER:
+            verdict.wrong.append(f"answer {end.answer!r:.120}, expected {ANSWER!r}")
+        verdict.lost = _lost(events[:events.index(end) + 1])
     return verdict
+
+
+def _end(events: Sequence[RunEvent]) -> RunFinished | RunFailed | None:
+    """The run's first terminal event: where a client's ``follow`` stops (anything stored
+    after it is a violation, not a sign that the run goes on)."""
+    return next((e for e in events if isinstance(e, RunFinished | RunFailed)), None)
 
 
 def _lost(events: Sequence[RunEvent]) -> list[int]:
@@ -171,8 +177,10 @@ def timelines(runs: Sequence[Tracked], logs: dict[str, StoredLog]) -> list[Timel
     found = []
     for run in runs:
         events = logs[run.run_id].events
-        ended = bool(events) and isinstance(events[-1], RunFinished | RunFailed)
-        found.append(Timeline(run.run_id, [e.ts for e in events], ended))
+        end = _end(events)
+        if end is not None:
+            events = events[:events.index(end) + 1]
+        found.append(Timeline(run.run_id, [e.ts for e in events], end is not None))
     return found
 
 

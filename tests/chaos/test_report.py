@@ -9,6 +9,7 @@ import msgspec
 from protocols import (
     RunEvent,
     RunFinished,
+    RunResumed,
     RunStarted,
     Step,
     StepDispatched,
@@ -82,6 +83,14 @@ def test_a_finished_run_missing_a_step_lost_it() -> None:
 def test_a_run_without_its_end_is_hung() -> None:
     verdict = judge(accepted(), log_of(*whole_run().events[:-1]))
     assert verdict.status == "hung" and verdict.violations == []
+
+
+def test_a_run_resumed_after_its_end_ended_but_broke_a_rule() -> None:
+    log = whole_run()
+    resumed = RunResumed(run_id=SPEC.run_id, planner="p/2", previous="p/1")
+    verdict = judge(accepted(), log_of(*log.events, resumed))
+    assert verdict.status == "finished" and not verdict.correct
+    assert any("[terminal] events after the terminal event" in v for v in verdict.violations)
 
 
 def test_a_run_never_accepted_is_refused() -> None:
