@@ -93,7 +93,7 @@ class Planner(RoleActor):
         async with anyio.create_task_group() as runs:
             self._runs_tg = runs
             await runs.start(self.liveness.watch)
-            runs.start_soon(self._lease_loop)
+            runs.start_soon(self._adopt_loop)
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
 
@@ -168,6 +168,7 @@ class Planner(RoleActor):
                 with run.scope:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(run_timers.watch, run)
+                        tg.start_soon(self._keep_lease, run)
                         await run.drive(resumed=adopted)
                         tg.cancel_scope.cancel()
             finally:
@@ -227,16 +228,22 @@ class Planner(RoleActor):
 
     # -- leases --------------------------------------------------------------------------
 
-    async def _lease_loop(self) -> None:
-        """Renew our runs' leases; adopt runs whose planner stopped renewing."""
+    async def _keep_lease(self, run: Run) -> None:
+        """Renew one run's lease while it lives: each run on its own, so a save that waits
+        out a failover never holds up the others' renewals (they would be taken over)."""
         while True:
-            for run in list(self.runs.values()):
-                try:
-                    await run.save()
-                except Fenced:
-                    run.scope.cancel()
-                except Exception as exc:  # a bus hiccup must not stop lease renewal
-                    log.warning("renewing the lease of run %s failed: %s", run.run_id, exc)
+            await anyio.sleep(self.lease / 3)
+            try:
+                await run.save()
+            except Fenced:
+                run.scope.cancel()
+                return
+            except Exception as exc:  # a bus hiccup: try again at the next renewal
+                log.warning("renewing the lease of run %s failed: %s", run.run_id, exc)
+
+    async def _adopt_loop(self) -> None:
+        """Adopt runs whose planner stopped renewing their lease."""
+        while True:
             try:
                 await self._adopt_orphans()
             except Exception as exc:

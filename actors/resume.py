@@ -50,8 +50,9 @@ from .run_state import RunState, StepMeta
 
 log = logging.getLogger(__name__)
 
-TIMER_CAUSES = frozenset({"timeout", "heartbeat", "unserved", "review_timeout"})
-"""Failures the owner's own clocks decided: no message will bring them back."""
+DECIDED_HERE = frozenset({"timeout", "heartbeat", "unserved", "review_timeout", "unclaimed"})
+"""Failures the owner decided itself (its clocks, its patience): no message brings them
+back, so the replay applies them, retry included."""
 
 
 @dataclass
@@ -146,11 +147,13 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                 m.claimants.add(f"{event.executor}#{event.delivery}")
                 m.executor, m.delivery, m.claimed_at = event.executor, event.delivery, now
                 m.beats = event.heartbeat
-            case StepFailed() if event.cause in TIMER_CAUSES \
+            case StepFailed() if event.cause in DECIDED_HERE \
                     and _current(state, event.step_id, event.attempt):
-                if not event.will_retry:
+                if event.will_retry:
+                    s.retry(event.step_id)  # its next dispatch follows in the tail, or now
+                else:
                     s.fail(event.step_id, event.error)
-                out.announced.discard(key)  # decided by a clock: nothing re-derives it
+                out.announced.discard(key)  # nothing re-derives it
             case ReplanStarted() if event.round == s.round + 1:
                 s.new_round()
                 out.told.add(("decision", event.round - 1))

@@ -42,7 +42,7 @@ from protocols import (
 )
 from runtime.bus import Fenced, Unsettled
 from runtime.errors import ModelError, StepStateError
-from runtime.events import EventLog, identity
+from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
 from . import outcomes, run_state
@@ -77,8 +77,9 @@ class Run:
         self.previous_owner = previous_owner
         self.events = EventLog(self.bus, self.run_id, next_seq=self.tail.last_seq + 1,
                                fence=fence)
-        self.events.announced = set(self.tail.announced)
-        self.told = self.tail.told
+        saved = {identity_of(k) for k in record.announced}  # from an earlier takeover
+        self.events.announced = self.tail.announced | saved
+        self.told = self.tail.told | saved
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
@@ -133,15 +134,15 @@ class Run:
 
     async def _life(self, resumed: bool) -> None:
         req = self.request
+        if self.tail.terminal is not None:  # it ended; only its state was not saved yet
+            await self._ended(self.tail.terminal)
+            return
         if self.events.next_seq == 1:
             await self.events.emit(RunStarted(run_id=self.run_id, goal=req.goal,
                                               planner=self.planner.owner_id))
         elif resumed:
             await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
                                               previous=self.previous_owner))
-        if self.tail.terminal is not None:  # it ended; only its state was not saved yet
-            await self._ended(self.tail.terminal)
-            return
         async with self.lock:  # send what the log says was sent, and what is ready
             await self._republish_ready()
             self.scheduler.promote()
@@ -402,7 +403,8 @@ class Run:
                 synthesis_round=self.synthesis_round, next_seq=self.events.next_seq,
                 events_seq=self.events.stored_seq, usage=self.usage,
                 owner=self.planner.owner_id, lease_until=time.time() + self.planner.lease,
-                round_reason=self.round_reason, fence=self.fence)
+                round_reason=self.round_reason, fence=self.fence,
+                announced=sorted(identity_key(k) for k in self.events.announced))
             try:
                 await self.store.write(head, records)
             except BaseException:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-from nats.js.errors import APIError, KeyWrongLastSequenceError
+from nats.js.errors import APIError
 
 from protocols import (
     ObjectRef,
@@ -29,6 +29,7 @@ from protocols import (
     step_key,
 )
 from runtime.bus import (
+    EXPECT_SEQ,
     FENCE_BUSY,
     RETRY_CAP,
     TRANSIENT,
@@ -142,7 +143,7 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
 def header(
     base: RunRecord, scheduler: Scheduler, *, plan_closed: bool, synthesis_round: int,
     next_seq: int, events_seq: int, usage: Usage, owner: str, lease_until: float,
-    round_reason: str, fence: int,
+    round_reason: str, fence: int, announced: list[str],
 ) -> RunRecord:
     return RunRecord(
         run_id=base.run_id, request=base.request, status=base.status, owner=owner,
@@ -151,7 +152,7 @@ def header(
         order=[s.id for s in scheduler.steps], dropped=sorted(scheduler.dropped),
         next_seq=next_seq, events_seq=events_seq, usage=usage, outcome=base.outcome,
         started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
-        fence=fence,
+        announced=announced, fence=fence,
     )
 
 
@@ -199,15 +200,21 @@ class RunStore:
         """Store the step records, then the header; ``LostRun`` if another planner wrote
         the header since our last write."""
         await self._write_steps(steps, fence_headers(self._header_subject, self.revision))
-        try:
-            self.revision = await self._retrying(lambda: self.kv.update(
-                run_key(self.run_id), encode(head), last=self.revision))
-        except KeyWrongLastSequenceError as exc:
-            entry = await self.kv.get(run_key(self.run_id))
-            stored = decode(entry.value, RunRecord)
+        try:  # compare-and-set on the header's revision; busy (another write in flight) waits
+            ack = await self._retrying(lambda: self.bus.js.publish(
+                self._header_subject, encode(head), stream=self._stream,
+                headers={EXPECT_SEQ: str(self.revision)}), busy=True)
+            self.revision = int(ack.seq)
+        except APIError as exc:
+            if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE:
+                raise
+            # Read from the stream's leader (a replica may lag): did our earlier try land?
+            raw = await self._retrying(lambda: self.bus.js.get_last_msg(
+                self._stream, self._header_subject))
+            stored = decode(raw.data or b"", RunRecord)
             if stored.owner != head.owner or stored.updated_at != head.updated_at:
                 raise LostRun(self.run_id) from exc
-            self.revision = int(entry.revision)  # our earlier try landed; its ack was lost
+            self.revision = int(raw.seq or 0)  # it did; only its acknowledgement was lost
 
     async def _write_steps(self, steps: list[StepRecord], fence: dict[str, str]) -> None:
         """All at once where the server allows it, else one after another."""
@@ -237,16 +244,16 @@ class RunStore:
                 raise LostRun(self.run_id) from exc
             raise
 
-    async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
-        """Retry a KV write through a failover (leader elections, reconnects) and while
-        the server takes fenced writes one at a time."""
+    async def _retrying(self, write: Callable[[], Awaitable[Any]], *, busy: bool = False) -> Any:
+        """Retry a KV call through a failover (leader elections, reconnects) and, with
+        ``busy`` or once the server takes fenced writes one at a time, while it is busy."""
         delay, deadline = 0.05, time.monotonic() + self.retry_for
         while True:
             try:
                 return await write()
             except UNCONFIRMED as exc:
-                if not isinstance(exc, TRANSIENT) and not (_busy(exc) and
-                                                           not self.bus.pipeline_fenced):
+                wait = busy or not self.bus.pipeline_fenced
+                if not isinstance(exc, TRANSIENT) and not (_busy(exc) and wait):
                     raise
                 if time.monotonic() + delay > deadline:
                     raise

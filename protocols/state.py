@@ -117,6 +117,9 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     events_seq: int = 0
     """Stream sequence of the run's last event known stored when this record was written: a
     planner taking the run over reads the events after it (changes not in this record)."""
+    announced: list[str] = []
+    """Outcomes the log already tells but whose messages this state has not applied yet
+    (a takeover's replay), each as a JSON array: they are not told again."""
     fence: int = 0
     """Stream sequence of the owner's ``run.owner`` fence message; every event it publishes
     expects it to be the last one, so a planner that lost the run cannot add events."""

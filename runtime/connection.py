@@ -54,7 +54,9 @@ class NatsUnreachable(PlancastError, ConnectionError):
 
 
 def _connect_options(settings: Settings) -> dict[str, Any]:
-    opts: dict[str, Any] = {"name": f"plancast:{settings.prefix}"}
+    opts: dict[str, Any] = {"name": f"plancast:{settings.prefix}",
+                            "ping_interval": settings.ping_interval,
+                            "max_outstanding_pings": settings.max_outstanding_pings}
     if settings.creds:
         opts["user_credentials"] = str(settings.creds)
     if settings.user:
@@ -190,7 +192,9 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
 
         async def close() -> None:
             watch.closing = True
-            with anyio.CancelScope(shield=True):
+            # A connection torn by a dead node may fail to close cleanly: that must not
+            # hide whatever error is on its way out.
+            with anyio.CancelScope(shield=True), suppress(Exception):
                 await nc.close()
 
         stack.push_async_callback(close)

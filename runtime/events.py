@@ -33,6 +33,15 @@ from .bus import Bus, Unsettled, fence_headers
 log = logging.getLogger(__name__)
 
 
+def identity_key(identity: Hashable) -> str:
+    """An identity as it is saved with the run's state."""
+    return msgspec.json.encode(identity).decode()
+
+
+def identity_of(key: str) -> Hashable:
+    return tuple(msgspec.json.decode(key))
+
+
 def identity(event: Event) -> Hashable | None:
     """What makes two events "the same news", for the events a planner re-derives when it
     replays outcomes the previous owner had already announced (None: never repeated)."""

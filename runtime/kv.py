@@ -8,6 +8,9 @@ import anyio
 
 READ_TIMEOUT = 10.0
 """Seconds to wait for a bucket's current values before giving up."""
+WATCH_LINGER = 5.0
+"""Seconds the server keeps a finished read's consumer (nats-py's default is 5 minutes:
+planners that scan every second would pile up consumers until the server refuses more)."""
 
 
 async def current_values(kv: Any, pattern: str) -> dict[str, Any]:
@@ -17,7 +20,7 @@ async def current_values(kv: Any, pattern: str) -> dict[str, Any]:
     every key of the bucket.
     """
     found: dict[str, Any] = {}
-    watcher = await kv.watch(pattern, ignore_deletes=True)
+    watcher = await kv.watch(pattern, ignore_deletes=True, inactive_threshold=WATCH_LINGER)
     try:
         with anyio.fail_after(READ_TIMEOUT):
             async for entry in watcher:

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     """Seconds before unacknowledged work is redelivered (kept alive by in-progress acks)."""
     max_deliver: int = Field(default=5, ge=1)
     """Deliveries of one task before it goes to the dead-letter path."""
+    ping_interval: float = Field(default=10.0, gt=0)
+    """Seconds between a client's pings to its server; ``max_outstanding_pings`` unanswered
+    ones mean the connection is dead (a cut network path sends no reset) and it reconnects."""
+    max_outstanding_pings: int = Field(default=3, ge=1)
+    """Pings left unanswered before the connection is given up and another server tried."""
     heartbeat_interval: float = Field(default=2.0, gt=0)
     """Seconds between an actor's heartbeats."""
     drain_timeout: float = Field(default=20.0, ge=0)

@@ -100,3 +100,11 @@ def test_events_before_the_saved_state_are_ignored() -> None:
                       cause="timeout"), 7)
     out = fold(state, [old], next_seq=10)
     assert state.scheduler.state(1) is StepState.RUNNING and out.last_seq == 9
+
+
+def test_a_retry_its_clock_decided_is_replayed_with_its_next_attempt() -> None:
+    state = saved((step(1), StepState.RUNNING))
+    fold(state, tail(StepFailed(run_id=RUN, step_id=1, attempt=1, error="silent",
+                                will_retry=True, cause="heartbeat")), next_seq=10)
+    assert state.scheduler.state(1) is StepState.READY  # dispatched again on resume
+    assert state.scheduler.attempt(1) == 2
