@@ -33,8 +33,6 @@ from .fleet import ROOT, Fleet, Member, StartFailed
 from .ledger import read_ledger
 from .netns import Network, open_network
 from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
-from .pings import ENV as PINGS_ENV
-from .pings import fast_pings, settings_ping_support
 from .report import Report, judge, ledger_figures, silences, timelines
 from .workload import RunSpec, make_runs, scenario
 
@@ -124,8 +122,8 @@ def runner_env(urls: str, work: Path) -> dict[str, str]:
 
     return {**os.environ, **TIMINGS, "NATS_URL": urls, "PLANCAST_PREFIX": PREFIX,
             "PLANCAST_REPLICAS": "3", "PLANCAST_TEST_DIR": str(work),
-            "PLANCAST_TEST_LOG": "INFO", PINGS_ENV: f"{PINGS[0]},{PINGS[1]}",
-            "PLANCAST_PING_INTERVAL": str(PINGS[0]), "OPENAI_API_KEY": "scripted",
+            "PLANCAST_TEST_LOG": "INFO", "PLANCAST_PING_INTERVAL": str(PINGS[0]),
+            "PLANCAST_MAX_OUTSTANDING_PINGS": str(PINGS[1]), "OPENAI_API_KEY": "scripted",
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
@@ -165,40 +163,39 @@ async def run_chaos(config: ChaosConfig) -> Report:
 async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[Node],
                  fleet: Fleet, specs: list[RunSpec], urls: str, timeouts: bool) -> Report:
     log = config.log
-    extra: dict[str, Any] = {"ping_interval": PINGS[0]} if settings_ping_support() else {}
-    settings = Settings(nats_url=urls, prefix=PREFIX, replicas=3, **extra)
-    with fast_pings(*PINGS):
-        async with open_bus(settings) as bus:
-            started = time.monotonic()
-            await fleet.start_all()
-            log(f"chaos: {len(fleet.members)} actor processes serve "
-                f"({time.monotonic() - started:.1f}s)")
-            runs = [Tracked(spec) for spec in specs]
-            loop = FaultLoop(rng=random.Random(config.seed), fleet=fleet, nodes=nodes,
-                             network=network, per_kind=config.faults_per_kind,
-                             pace=config.pace, kinds=config.kinds,
-                             recovery_wait=config.recovery_wait, log=_stamped(log))
-            notes: list[str] = []
-            samples: list[int] = []
-            t0 = time.time()
-            async with anyio.create_task_group() as tg:
-                faults_done = anyio.Event()
-                tg.start_soon(_faults, loop, faults_done)
-                tg.start_soon(_watch, fleet, notes, _stamped(log))
-                tg.start_soon(_progress, runs, loop, samples, faults_done, _stamped(log))
-                async with anyio.create_task_group() as followers:
-                    followers.start_soon(_submit_all, bus, runs, followers, loop,
-                                         config.in_flight)
-                    await faults_done.wait()
-                    log(f"chaos: faults over after {time.time() - t0:.0f}s; waiting up to "
-                        f"{config.settle:.0f}s for the runs to end")
-                    with anyio.move_on_after(config.settle):
-                        for run in runs:
-                            await run.ended.wait()
-                    followers.cancel_scope.cancel()
-                tg.cancel_scope.cancel()
-            until = time.time()
-            logs = {run.run_id: await read_log(bus, run.run_id) for run in runs}
+    settings = Settings(nats_url=urls, prefix=PREFIX, replicas=3, ping_interval=PINGS[0],
+                        max_outstanding_pings=PINGS[1])
+    async with open_bus(settings) as bus:
+        started = time.monotonic()
+        await fleet.start_all()
+        log(f"chaos: {len(fleet.members)} actor processes serve "
+            f"({time.monotonic() - started:.1f}s)")
+        runs = [Tracked(spec) for spec in specs]
+        loop = FaultLoop(rng=random.Random(config.seed), fleet=fleet, nodes=nodes,
+                         network=network, per_kind=config.faults_per_kind,
+                         pace=config.pace, kinds=config.kinds,
+                         recovery_wait=config.recovery_wait, log=_stamped(log))
+        notes: list[str] = []
+        samples: list[int] = []
+        t0 = time.time()
+        async with anyio.create_task_group() as tg:
+            faults_done = anyio.Event()
+            tg.start_soon(_faults, loop, faults_done)
+            tg.start_soon(_watch, fleet, notes, _stamped(log))
+            tg.start_soon(_progress, runs, loop, samples, faults_done, _stamped(log))
+            async with anyio.create_task_group() as followers:
+                followers.start_soon(_submit_all, bus, runs, followers, loop,
+                                     config.in_flight)
+                await faults_done.wait()
+                log(f"chaos: faults over after {time.time() - t0:.0f}s; waiting up to "
+                    f"{config.settle:.0f}s for the runs to end")
+                with anyio.move_on_after(config.settle):
+                    for run in runs:
+                        await run.ended.wait()
+                followers.cancel_scope.cancel()
+            tg.cancel_scope.cancel()
+        until = time.time()
+        logs = {run.run_id: await read_log(bus, run.run_id) for run in runs}
     for run in runs:
         if error := logs[run.run_id].error:  # judge what the follower saw instead
             notes.append(f"{run.run_id}: its stored events could not be read ({error}); "

@@ -77,8 +77,10 @@ class Execution:
     task: int
 
     @property
-    def key(self) -> tuple[str, int, int, int]:
-        return self.run_id, self.step_id, self.attempt, self.delivery
+    def key(self) -> tuple[str, int, int, int, int]:
+        """One delivery of one task: it must run once. (One attempt may be carried by two
+        tasks after a planner takeover or a publish whose acknowledgement was lost.)"""
+        return self.run_id, self.step_id, self.attempt, self.task, self.delivery
 
 
 def read_ledger(test_dir: Path) -> list[Execution]:
@@ -94,13 +96,13 @@ def read_ledger(test_dir: Path) -> list[Execution]:
     return found
 
 
-def repeated(executions: list[Execution]) -> dict[tuple[str, int, int, int], int]:
-    """Deliveries executed more than once: (run, step, attempt, delivery) → count."""
+def repeated(executions: list[Execution]) -> dict[tuple[str, int, int, int, int], int]:
+    """Deliveries executed more than once: (run, step, attempt, task, delivery) → count."""
     counts = Counter(e.key for e in executions)
     return {key: n for key, n in counts.items() if n > 1}
 
 
 def redelivered(executions: list[Execution]) -> dict[tuple[str, int, int], int]:
-    """Attempts executed more than once (by redelivery): (run, step, attempt) → count."""
+    """Attempts executed more than once (a redelivery, or a second task): → count."""
     counts = Counter(e.key[:3] for e in executions)
     return {key: n for key, n in counts.items() if n > 1}

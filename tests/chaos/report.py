@@ -70,9 +70,10 @@ class Report:
     config: dict[str, Any]
     runs: list[RunVerdict]
     duplicates: dict[str, int]
-    """(run/step/attempt/delivery) executed more than once → times; must be empty."""
+    """(run/step/attempt/task/delivery) executed more than once → times; must be empty."""
     redeliveries: int
-    """Attempts executed more than once (redelivered after a silent executor)."""
+    """Attempts executed more than once (a redelivery after a silent executor, or a second
+    task for the attempt after a takeover or a lost publish acknowledgement)."""
     executions: int
     faults: list[Fault]
     unavailable: dict[str, str]
@@ -207,7 +208,7 @@ def render(report: Report) -> str:
              f" ({_by_rule(runs)})",
              f"  executions (ledger)            {report.executions}",
              f"  duplicate executions/delivery  {len(report.duplicates)}",
-             f"  attempts redelivered           {report.redeliveries}",
+             f"  attempts run more than once    {report.redeliveries}",
              "", "  fault kind    count  silence p50   max    worst  (runs that ended; steps "
              f"sleep up to {MAX_SLEEP:g}s)"]
     counts = Counter(f.kind for f in report.faults)

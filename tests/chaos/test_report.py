@@ -109,10 +109,10 @@ def test_silence_is_the_longest_gap_across_the_fault() -> None:
 
 def test_the_ledger_tells_a_repeat_from_a_redelivery(tmp_path: Path) -> None:
     (tmp_path / LEDGER).write_text("r/1/1/1 w/a 10 5\nr/1/1/2 w/b 11 5\nr/2/1/1 w/a 10 6\n"
-                                   "r/2/1/1 w/b 11 7\n")
+                                   "r/2/1/1 w/b 11 6\nr/3/1/1 w/a 10 8\nr/3/1/1 w/b 11 9\n")
     executions = read_ledger(tmp_path)
-    assert repeated(executions) == {("r", 2, 1, 1): 2}
-    assert redelivered(executions) == {("r", 1, 1): 2, ("r", 2, 1): 2}
+    assert repeated(executions) == {("r", 2, 1, 6, 1): 2}  # one delivery of task 6, twice
+    assert redelivered(executions) == {("r", 1, 1): 2, ("r", 2, 1): 2, ("r", 3, 1): 2}
 
 
 def test_workloads_are_seeded_and_their_outputs_follow_the_tool() -> None:

@@ -2,8 +2,8 @@
 
 Like ``plancast worker``, plus the test tools (the kill tests' and the chaos suite's
 ``ledger``). Settings come from the environment (``NATS_URL``, ``PLANCAST_PREFIX``,
-``PLANCAST_ACK_WAIT`` ...); ``PLANCAST_TEST_LOG=INFO`` logs to stderr with times and the
-pid, and ``PLANCAST_TEST_PINGS`` sets client pings (see ``tests.chaos.pings``). Prints
+``PLANCAST_ACK_WAIT``, ``PLANCAST_PING_INTERVAL`` ...); ``PLANCAST_TEST_LOG=INFO`` logs to
+stderr with times and the pid. Prints
 ``READY <pid>`` once its actors serve; drains on SIGTERM.
 """
 
@@ -25,7 +25,6 @@ from runtime.team import load_team
 from runtime.tools import builtin_tools
 
 from ..chaos.ledger import chaos_tools
-from ..chaos.pings import pings_from_env
 from .tools import kill_test_tools
 
 
@@ -34,12 +33,11 @@ async def main(team_file: str, roles: list[str]) -> None:
     tools = builtin_tools()
     for tool in [*kill_test_tools(), *chaos_tools()]:
         tools.add(tool)
-    with pings_from_env():
-        async with open_bus(Settings()) as bus:
-            actors = build_team_actors(bus, team, tools, roles)
-            async with anyio.create_task_group() as tg:
-                await tg.start(partial(serve_actors, actors))
-                print(f"READY {os.getpid()}", flush=True)
+    async with open_bus(Settings()) as bus:
+        actors = build_team_actors(bus, team, tools, roles)
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(serve_actors, actors))
+            print(f"READY {os.getpid()}", flush=True)
 
 
 if __name__ == "__main__":
