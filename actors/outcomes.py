@@ -147,8 +147,8 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
                             inputs=run.scheduler.inputs_for(step))
-        await run.bus.publish_durable(run.bus.subject(Verb.REVIEW), review,
-                                      msg_id=f"{run.run_id}/{sid}/{attempt}/review")
+        await run.send(run.bus.subject(Verb.REVIEW), review,
+                       msg_id=f"{run.run_id}/{sid}/{attempt}/review")
         return
     await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
 

@@ -40,7 +40,7 @@ from protocols import (
     WorkError,
     stream_name,
 )
-from runtime.bus import Fenced, Unsettled
+from runtime.bus import TRANSIENT, Fenced, Unsettled
 from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
@@ -118,6 +118,10 @@ class Run:
                 return
             except RunFailure as failure:
                 self.failure = self.failure or failure
+            except TRANSIENT as exc:  # the bus stayed away past every retry
+                log.warning("run %s: the bus is unavailable (%s); its planner lets it go and "
+                            "it is adopted once its lease ends", self.run_id, exc)
+                return
             except ModelError as exc:
                 self.failure = RunFailure("plan", f"the planner's model failed: {exc}", "model")
             except Exception as exc:
@@ -252,8 +256,14 @@ class Run:
         meta = self.meta[step.id]
         meta.task_id, meta.task_seq = msg_id, 0
         self._touched.add(step.id)
-        self._unsettled.append((step.id, await self.bus.publish_soon(
-            self.bus.subject(Verb.STEP, step.role), task, msg_id=msg_id)))
+        await self.send(self.bus.subject(Verb.STEP, step.role), task, msg_id=msg_id,
+                        step_id=step.id)
+
+    async def send(self, subject: str, message: Message, *, msg_id: str,
+                   step_id: int = 0) -> None:
+        """Send work now; it is confirmed stored before the state that says so is saved."""
+        self._unsettled.append((step_id, await self.bus.publish_soon(subject, message,
+                                                                     msg_id=msg_id)))
 
     async def _republish_ready(self) -> None:
         """Send again the tasks the log shows dispatched whose inputs are known again."""

@@ -7,6 +7,7 @@ the run (paused, partitioned) can no longer add events once another one took it 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Hashable
@@ -28,7 +29,7 @@ from protocols import (
     WorkFailed,
 )
 
-from .bus import Bus, Unsettled, fence_headers
+from .bus import TRANSIENT, Bus, Unsettled, fence_headers
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +103,16 @@ class EventLog:
                             type(event).__name__)
                 return None
             stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
-            msg_id = f"{self.run_id}/e{self.next_seq}"
-            if self.headers is None or self.bus.pipeline_fenced:
-                self._unsettled.append(await self.bus.publish_soon(
-                    self.subject, stamped, msg_id=msg_id, headers=self.headers))
-            else:  # the server takes fenced events one at a time: store this one now
-                self.stored_seq = await self.bus.publish_durable(
-                    self.subject, stamped, msg_id=msg_id, headers=self.headers)
+            sent = await self.bus.publish_soon(self.subject, stamped, headers=self.headers,
+                                               msg_id=f"{self.run_id}/e{self.next_seq}")
+            self._unsettled.append(sent)  # flush confirms it (at once, if stored below)
             self.next_seq += 1
+            if self.headers is not None and not self.bus.pipeline_fenced:
+                # The server takes fenced events one at a time: store this one now. If it
+                # cannot be, it stays pending: flush tries again, and no state is saved
+                # before it is stored (the change it tells of is already made in memory).
+                with contextlib.suppress(*TRANSIENT):
+                    await self.bus.settle([sent])
             self.closed = isinstance(event, TERMINAL_EVENTS)
         return stamped
 
