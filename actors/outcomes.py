@@ -79,8 +79,7 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
     """Every claim of the current attempt is recorded: a result counts only from one."""
     meta = run.meta.get(claim.step_id)
     if meta is None or not run.current(claim.step_id, claim.attempt) \
-            or meta.review_output is not None \
-            or _told(run, claim.step_id, claim.attempt, ("StepFinished", "StepFailed")):
+            or meta.review_output is not None or run.told_outcome(claim.step_id, claim.attempt):
         log.info("run %s: claim of step %d attempt %d by %s is for work no longer wanted",
                  run.run_id, claim.step_id, claim.attempt, claim.executor)
         return
@@ -218,7 +217,6 @@ def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
     return any(c.rpartition("#")[0] == executor for c in claimants)  # an older executor
 
 
-def _told(run: Run, sid: int, attempt: int,
-          kinds: tuple[str, ...] = ("StepFinished", "StepFailed", "CriticVerdict")) -> bool:
-    """Did a previous owner already announce this attempt's outcome?"""
-    return any((kind, sid, attempt) in run.told for kind in kinds)
+def _told(run: Run, sid: int, attempt: int) -> bool:
+    """Did a previous owner already announce this attempt's outcome (or verdict)?"""
+    return run.told_outcome(sid, attempt) or ("CriticVerdict", sid, attempt) in run.told

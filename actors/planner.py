@@ -54,13 +54,15 @@ from runtime.role import RoleActor, RoleContext
 from . import run_timers
 from .liveness import Liveness
 from .outcomes import Early
-from .resume import Tail, fold, read_tail
+from .resume import Tail, fold, planned_steps, read_tail
 from .run import Run
 from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
 
 RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, WorkError)
+READS = 3
+"""Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0
 """Seconds before an outcome for a run another planner drives is offered again."""
 EARLY_OFFERS, EARLY_DELAY = 4, 0.5
@@ -141,10 +143,15 @@ class Planner(RoleActor):
 
     async def _restore(self, record: RunRecord, *, fresh: bool) -> RunState:
         steps: dict[int, StepRecord] = {}
-        if not fresh:
+        for _ in range(0 if fresh else READS):
             for entry in (await current_values(self.kv, step_keys(record.run_id))).values():
                 step = decode(entry.value, StepRecord)
                 steps[step.step.id] = step
+            if set(record.order) <= steps.keys():
+                break
+        else:
+            if not fresh:  # a step the header lists has no record: rebuild it from the log
+                steps |= await planned_steps(self.bus, record, set(record.order) - steps.keys())
         return await restore(
             record, steps, known_roles=[r.name for r in self.ctx.team.executors()],
             known_tools=self.known_tools, fetch=self.bus.get_object)

@@ -28,10 +28,12 @@ from protocols import (
     PlanRejected,
     ReplanStarted,
     RunEvent,
+    RunRecord,
     StepDispatched,
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepRecord,
     StepStarted,
     Stream,
     Usage,
@@ -46,7 +48,7 @@ from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
 from runtime.scheduler import StepState
 
-from .run_state import RunState, StepMeta
+from .run_state import PREVIEW, RunState, StepMeta
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,17 @@ async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, i
                         exc)
             continue
         found.append((event, int((raw.headers or {}).get(EXPECT_SEQ, 0))))
+
+
+async def planned_steps(bus: Bus, record: RunRecord, missing: set[int]) -> dict[int, StepRecord]:
+    """Records for steps the run's header lists but whose records cannot be read, rebuilt
+    from their ``step.planned`` events (as pending: the replay and the scheduler take it
+    from there)."""
+    log.warning("run %s: no record of steps %s; rebuilding them from the run's events",
+                record.run_id, sorted(missing))
+    return {e.step.id: StepRecord(step=e.step, round=e.round, status="pending")
+            for e, _ in await read_tail(bus, record.run_id, 0)
+            if isinstance(e, StepPlanned) and e.step.id in missing}
 
 
 def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) -> Tail:
@@ -161,6 +174,13 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                     state.record, plan_closed=False, round_reason=event.reason)
             case _ if isinstance(event, TERMINAL_EVENTS):
                 out.terminal = event
+            case StepFinished() if len(event.output) <= PREVIEW \
+                    and _current(state, event.step_id, event.attempt):
+                # The event holds the whole output: apply it now (its dependents go on);
+                # the result that comes again is then a quiet duplicate.
+                s.complete(event.step_id, event.output)
+                meta[event.step_id].executor = event.executor
+                out.announced -= {key, *_usage_of(out.announced, event.step_id)}
             case UsageRecorded():
                 out.usage = event.total
             case StepFinished() | CriticVerdict() | WorkFailed() | OutcomeRefused() \
@@ -168,6 +188,12 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                 pass  # their messages come again and re-derive them, without a new event
     state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
     return out
+
+
+def _usage_of(announced: set[Hashable], step_id: int) -> list[Hashable]:
+    """The announced usage of a step (its result will not be re-derived any more)."""
+    return [k for k in announced
+            if isinstance(k, tuple) and k[:2] == ("usage", f"step:{step_id}")]
 
 
 def task_id(run_id: str, step_id: int, attempt: int, fence: int) -> str:

@@ -48,15 +48,12 @@ from runtime.scheduler import StepState
 from . import outcomes, run_state
 from .resume import Tail, task_id
 from .run_plan import plan_round
-from .run_state import RunFailure, RunState
+from .run_state import PREVIEW, RunFailure, RunState
 
 if TYPE_CHECKING:
     from .planner import Planner
 
 log = logging.getLogger(__name__)
-
-PREVIEW = 4000
-"""Characters of a step's output carried in its ``step.finished`` event."""
 
 class Run:
     """One run, driven by the planner that holds its lease."""
@@ -335,6 +332,12 @@ class Run:
         """Is this the outcome we wait for? Stale attempts and dropped steps are not."""
         return self.state_of(step_id) is StepState.RUNNING \
             and self.scheduler.attempt(step_id) == attempt
+
+    def told_outcome(self, step_id: int, attempt: int) -> bool:
+        """Does the log already hold this attempt's outcome (announced by a previous owner,
+        its message still to come)? Then nothing else may end or restart it."""
+        return ("StepFinished", step_id, attempt) in self.told \
+            or ("StepFailed", step_id, attempt) in self.told
 
     def check_round_over(self) -> None:
         if self.scheduler.closed and self.scheduler.is_done():

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 INLINE = 2048
 """Outputs longer than this are kept in the object store; the record holds a reference."""
+PREVIEW = 4000
+"""Characters of a step's output carried in its ``step.finished`` event (a longer one is
+cut and ends with "…"): an event with at most this many holds the whole output."""
 
 _STATUS = {StepState.PENDING: "pending", StepState.READY: "ready",
            StepState.RUNNING: "running", StepState.DONE: "done", StepState.FAILED: "failed"}

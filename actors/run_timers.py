@@ -80,7 +80,8 @@ async def check(run: Run) -> None:
         if run.record.status != "active" or run.events.closed:
             return
         for step in run.scheduler.steps:
-            if run.state_of(step.id) is StepState.RUNNING:
+            if run.state_of(step.id) is StepState.RUNNING \
+                    and not run.told_outcome(step.id, run.scheduler.attempt(step.id)):
                 found = await _expired(run, step, run.meta[step.id], now)
                 if found is not None:
                     expired.append(found)

@@ -64,14 +64,17 @@ def test_steps_planned_and_dispatched_after_the_last_save_stand_as_announced() -
     assert out.last_seq == 14 and state.record.plan_closed
 
 
-def test_announced_outcomes_are_not_applied_but_not_told_twice() -> None:
+def test_announced_outcomes_are_not_told_twice() -> None:
+    """A failure its executor reported comes again with its message: not applied here,
+    but its event is not repeated when it does."""
     state = saved((step(1), StepState.RUNNING))
-    finished = StepFinished(run_id=RUN, step_id=1, attempt=1, output="one")
+    failed = StepFailed(run_id=RUN, step_id=1, attempt=1, error="bad", will_retry=False,
+                        cause="error")
     usage = UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=1),
                           total=Usage(calls=3))
-    out = fold(state, tail(finished, usage), next_seq=10)
+    out = fold(state, tail(failed, usage), next_seq=10)
     assert state.scheduler.state(1) is StepState.RUNNING  # its result comes again
-    assert identity(finished) in out.announced and identity(finished) in out.told
+    assert identity(failed) in out.announced and identity(failed) in out.told
     assert out.usage == Usage(calls=3)
 
 
@@ -108,3 +111,19 @@ def test_a_retry_its_clock_decided_is_replayed_with_its_next_attempt() -> None:
                                 will_retry=True, cause="heartbeat")), next_seq=10)
     assert state.scheduler.state(1) is StepState.READY  # dispatched again on resume
     assert state.scheduler.attempt(1) == 2
+
+
+def test_a_finish_whose_event_holds_the_whole_output_is_applied_at_once() -> None:
+    state = saved((step(1), StepState.RUNNING), (step(2, 1), StepState.PENDING), closed=True)
+    finished = StepFinished(run_id=RUN, step_id=1, attempt=1, output="one", executor="w/a")
+    usage = UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=1),
+                          total=Usage(calls=1))
+    out = fold(state, tail(usage, finished), next_seq=10)
+    s = state.scheduler
+    assert s.state(1) is StepState.DONE and s.results[1] == "one"
+    assert s.state(2) is StepState.READY  # its dependent goes on without waiting
+    assert identity(finished) in out.told and not out.announced  # nothing left to re-derive
+    cut = StepFinished(run_id=RUN, step_id=1, attempt=1, output="x" * 4001)
+    state = saved((step(1), StepState.RUNNING))
+    fold(state, tail(cut), next_seq=10)
+    assert state.scheduler.state(1) is StepState.RUNNING  # a cut output waits for its result
