@@ -40,7 +40,7 @@ def code_in(output: str) -> list[str]:
 
 
 class Critic(RoleActor):
-    """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>``."""
+    """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "critic"
 
@@ -77,7 +77,7 @@ class Critic(RoleActor):
             if failure:
                 approved, critique = False, f"the code does not run: {failure}"
         await self.bus.publish_durable(
-            self.bus.subject(Verb.RESULT, task.run_id),
+            self.bus.subject(Verb.RESULT, task.run_id, self.name),
             Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                     approved=approved, critique=critique, usage=outcome.usage),
             msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/verdict",

@@ -35,7 +35,7 @@ class StepRefused(PlancastError):
 
 
 class Executor(RoleActor):
-    """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>``."""
+    """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "executor"
 
@@ -56,7 +56,7 @@ class Executor(RoleActor):
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
                           task=delivery.stream_seq)
-        results = self.bus.subject(Verb.RESULT, task.run_id)
+        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         claim = await self.bus.publish_soon(  # stored before the result: same connection
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
                                  attempt=task.attempt, executor=me, delivery=ctx.delivery,

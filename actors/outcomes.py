@@ -30,6 +30,7 @@ from protocols import (
     WorkError,
     WorkFailed,
 )
+from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
 from .run_state import RunFailure
@@ -45,9 +46,14 @@ class Early(Exception):
     stream fails over): offer it again shortly rather than refuse it now."""
 
 
-async def apply(run: Run, message: Message, *, patient: bool = False) -> None:
-    """Apply ``message`` to the run; ``patient``: raise ``Early`` for a result whose claim
-    may still be on its way."""
+async def apply(run: Run, message: Message, sender: str, *, patient: bool = False) -> None:
+    """Apply ``message``, sent on the ``sender`` role's subject, to the run; ``patient``:
+    raise ``Early`` for a result whose claim may still be on its way."""
+    wrong = wrong_sender(run, message, sender)
+    if wrong:
+        await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
+                     attempt=getattr(message, "attempt", 0), sender=sender)
+        return
     match message:
         case StepClaimed():
             await _claim(run, message)
@@ -64,6 +70,43 @@ async def apply(run: Run, message: Message, *, patient: bool = False) -> None:
                 run_id=run.run_id, work=message.work, step_id=message.step_id,
                 attempt=message.attempt, actor=message.actor, error=message.error,
                 will_retry=message.will_retry))
+
+
+def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
+    """Why the ``sender`` role may not send this message, if it may not: each role's NATS
+    user publishes only on its own result subject, so a message on the wrong one is forged
+    or misrouted."""
+    team = run.planner.ctx.team
+    match message:
+        case StepClaimed() | StepResult():
+            allowed = _role_of(run, message.step_id, sender)
+            if message.executor.partition("/")[0] != sender:
+                return f"sent on {sender!r}'s subject by executor {message.executor!r}"
+        case Verdict():
+            allowed = team.kind_roles("critic") or ["critic"]
+        case SynthesisDecision():
+            allowed = team.kind_roles("synthesizer") or ["synthesizer"]
+        case ReplanRequest() if message.work or message.failed_step is not None:
+            allowed = team.kind_roles("supervisor") or ["supervisor"]
+        case WorkError() if message.work == "review":
+            allowed = team.kind_roles("critic") or ["critic"]
+        case WorkError() if message.work == "synthesis":
+            allowed = team.kind_roles("synthesizer") or ["synthesizer"]
+        case WorkError() if message.step_id is not None:
+            allowed = _role_of(run, message.step_id, sender)
+        case _:
+            return None
+    if sender in allowed:
+        return None
+    return f"only {' or '.join(repr(a) for a in allowed)} may send it; it came from {sender!r}"
+
+
+def _role_of(run: Run, step_id: int, sender: str) -> list[str]:
+    """The role of the step (a step not in the plan is refused later, for that reason)."""
+    try:
+        return [run.scheduler.step(step_id).role]
+    except StepStateError:
+        return [sender]
 
 
 async def refuse(run: Run, message: Message, reason: str, *, step_id: int | None = None,

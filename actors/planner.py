@@ -51,7 +51,7 @@ from runtime.delivery import Delivery
 from runtime.kv import current_values
 from runtime.role import RoleActor, RoleContext
 
-from . import run_timers
+from . import outcomes, run_timers
 from .liveness import Liveness
 from .outcomes import Early
 from .resume import Tail, fold, planned_steps, read_tail
@@ -71,7 +71,7 @@ EARLY_OFFERS, EARLY_DELAY = 4, 0.5
 
 
 class Planner(RoleActor):
-    """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.<run>`` for each run it owns."""
+    """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.<run>.>`` for each run it owns."""
 
     role = "planner"
 
@@ -169,7 +169,7 @@ class Planner(RoleActor):
         self.runs[run_id] = run
         try:
             results = await self.add_source(WorkQueue(
-                Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id),
+                Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
                 f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1))
             try:
                 with run.scope:
@@ -194,7 +194,15 @@ class Planner(RoleActor):
 
     @on(*RESULT_TYPES)
     async def outcome(self, message: Message, delivery: Delivery) -> None:
-        run = self.runs.get(message.run_id)  # type: ignore[attr-defined]
+        *_, subject_run, sender = delivery.subject.split(".")  # result.<run>.<role>
+        named: str = message.run_id  # type: ignore[attr-defined]
+        run = self.runs.get(subject_run)
+        if run is not None and named != subject_run:
+            async with run.lock:
+                await outcomes.refuse(run, message, f"it names run {named!r}: an outcome "
+                                      "travels on its own run's subject", sender=sender)
+            await run.events.flush()
+            return
         if run is None:
             await self._not_ours(message, delivery)
             return
@@ -202,7 +210,7 @@ class Planner(RoleActor):
             await self._too_late(message, delivery, "has ended")
             return
         try:
-            await run.receive(message, patient=delivery.deliveries < EARLY_OFFERS)
+            await run.receive(message, sender, patient=delivery.deliveries < EARLY_OFFERS)
         except Early:
             await delivery.nak(delay=EARLY_DELAY * delivery.deliveries)
         except Fenced:

@@ -209,16 +209,16 @@ class Run:
 
     # -- what comes back (applied in ``outcomes``) ---------------------------------------
 
-    async def receive(self, message: Message, *, patient: bool = False) -> None:
-        """Apply an outcome; returns once it is stored (so it may be acknowledged).
-
-        ``patient``: a result that came before its claim raises ``outcomes.Early``."""
+    async def receive(self, message: Message, sender: str, *, patient: bool = False) -> None:
+        """Apply an outcome the ``sender`` role sent; returns once it is stored (so it may
+        be acknowledged). ``patient``: a result that came before its claim raises
+        ``outcomes.Early``."""
         async with self.lock:
             if self.record.status != "active" or self.events.closed:
                 log.info("run %s has ended; %s changes nothing", self.run_id,
                          type(message).__name__)
                 return
-            await outcomes.apply(self, message, patient=patient)
+            await outcomes.apply(self, message, sender, patient=patient)
         if isinstance(message, StepClaimed | WorkError):  # events only: no state write
             await self.events.flush()
         else:

@@ -93,7 +93,7 @@ class SupervisorActor(RoleActor):
                                         reason=f"the synthesis could not be done: {why}")
         log.warning("run %s: %s", request.run_id, request.reason)
         await self.bus.publish_durable(
-            self.bus.subject(Verb.RESULT, request.run_id), request,
+            self.bus.subject(Verb.RESULT, request.run_id, self.name), request,
             msg_id=f"{request.run_id}/dead/{hashlib.sha256(delivery.data).hexdigest()[:20]}")
 
     @on(Heartbeat)

@@ -14,7 +14,8 @@ from ._json import DecisionAnswer, find_json_object, response_format
 
 
 class Synthesizer(RoleActor):
-    """Pulls ``<prefix>.synthesis``; answers with a decision on ``<prefix>.result.<run_id>``."""
+    """Pulls ``<prefix>.synthesis``; answers with a decision on
+    ``<prefix>.result.<run_id>.<role>``."""
 
     role = "synthesizer"
 
@@ -44,6 +45,6 @@ class Synthesizer(RoleActor):
             reason=str(answer.get("reason", "")), usage=completion.usage,
         )
         await self.bus.publish_durable(
-            self.bus.subject(Verb.RESULT, task.run_id), decision,
+            self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,
             msg_id=f"{task.run_id}/synthesis/{task.plan.round}",
         )

@@ -216,7 +216,7 @@ class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
 class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
     """An actor failed to handle one of a run's tasks (a model error, a crash).
 
-    Sent on ``<prefix>.result.<run_id>`` so the planner records it as a ``work.failed``
+    Sent on ``<prefix>.result.<run_id>.<role>`` so the planner records it as a ``work.failed``
     event; the task itself is retried (``will_retry``) or dead-lettered.
     """
 

@@ -28,8 +28,10 @@ class Verb(enum.Enum):
     """Review tasks for the critic (work stream)."""
     SYNTHESIS = ("synthesis", 0)
     """Synthesis tasks for the synthesizer (work stream)."""
-    RESULT = ("result", 1)
-    """``result.<run_id>``: step results, verdicts, decisions, replan requests for the planner."""
+    RESULT = ("result", 2)
+    """``result.<run_id>.<role>``: what a role sends back to a run's planner (claims, results,
+    verdicts, decisions, replan requests). The role token says who may have sent it: each
+    role's NATS user may publish only on its own, and the planner checks the message fits."""
     EVENT = ("event", 1)
     """``event.<run_id>``: a run's progress events (events stream, replayable)."""
     ERROR = ("error", 1)

@@ -349,7 +349,8 @@ class Actor:
 
     async def _tell_run(self, report: WorkError) -> None:
         try:
-            await self.bus.publish_durable(self.bus.subject(Verb.RESULT, report.run_id), report)
+            await self.bus.publish_durable(
+                self.bus.subject(Verb.RESULT, report.run_id, self.name), report)
         except Exception as exc:
             log.error("could not tell run %s of a failure: %s (%s)", report.run_id, exc,
                       report.error)

@@ -115,16 +115,16 @@ async def test_a_result_from_a_sender_that_never_claimed_is_refused_on_the_event
     async def forge(bus: Bus, run_id: str) -> None:
         async for event in follow(bus, run_id):
             if isinstance(event, StepStarted) and event.step_id == 1:
-                await bus.publish_durable(bus.subject(Verb.RESULT, run_id), StepResult(
+                await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"), StepResult(
                     run_id=run_id, step_id=1, attempt=1, ok=True, output="forged",
-                    executor="jsworker/never-claimed", delivery=1))
+                    executor="worker/never-claimed", delivery=1))
                 return
 
     out = await run_team(nats_url, prefix, [  # the step outlasts the patience for early results
         Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 5})]),
         finish("real")], during=forge)
     [refused] = out.of(OutcomeRefused)
-    assert refused.sender == "jsworker/never-claimed" and "never claimed" in refused.reason
+    assert refused.sender == "worker/never-claimed" and "never claimed" in refused.reason
     assert out.finished(1).output != "forged" and out.answer == "real"
 
 
@@ -141,8 +141,9 @@ async def test_a_replan_request_wakes_a_run_waiting_for_its_synthesis(
         async for event in follow(bus, run_id):
             if isinstance(event, StepFinished):
                 await anyio.sleep(0.5)  # the run now waits for the synthesizer
-                await bus.publish_durable(bus.subject(Verb.RESULT, run_id), ReplanRequest(
-                    run_id=run_id, source="client", reason="the goal changed"))
+                await bus.publish_durable(
+                    bus.subject(Verb.RESULT, run_id, "client"),
+                    ReplanRequest(run_id=run_id, source="client", reason="the goal changed"))
                 return
 
     out = await run_team(nats_url, prefix, [

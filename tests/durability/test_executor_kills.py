@@ -32,6 +32,7 @@ from protocols import (
     decode,
     runs_bucket,
     stream_name,
+    subject,
 )
 from protocols.state import StepRecord, step_key
 from runtime.bus import Bus
@@ -172,7 +173,8 @@ async def test_a_stalled_executors_late_result_is_rejected(
                     arrived.set()
 
         accepted = await submit(d.bus, RunRequest(goal="stall"))
-        await d.bus.nc.subscribe(d.bus.subject(Verb.RESULT, accepted.run_id), cb=watch)
+        results = subject(d.bus.prefix, Verb.RESULT, accepted.run_id, ">", wildcard=True)
+        await d.bus.nc.subscribe(results, cb=watch)
         await d.bus.nc.subscribe(d.bus.subject(Verb.ERROR, "supervisor"), cb=errors)
         async with following(d.bus, accepted.run_id) as events:
             started = await events.until(lambda e: isinstance(e, StepStarted) and e.step_id == 1)

@@ -54,7 +54,7 @@ class EchoActor(Actor):
             executor=f"{self.name}/{self.instance}",
         )
         await self.bus.publish_durable(
-            self.bus.subject(Verb.RESULT, task.run_id),
+            self.bus.subject(Verb.RESULT, task.run_id, self.name),
             result,
             msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}",
         )

@@ -48,7 +48,7 @@ class Listener(Actor):
         self.release = anyio.Event()
 
     def sources(self) -> Sequence[Source]:
-        return [Subscription(self.bus.subject(Verb.RESULT, self.instance))]
+        return [Subscription(self.bus.subject(Verb.RESULT, self.instance, "status"))]
 
     @on(RunRequest)
     async def hold(self, request: RunRequest, delivery: Delivery) -> None:
@@ -85,7 +85,8 @@ async def deployment(nats_url: str, prefix: str) -> AsyncIterator[tuple[Bus, lis
         for listener in listeners:
             await tg.start(listener.serve)
         busy = listeners[1]
-        await bus.publish(bus.subject(Verb.RESULT, busy.instance), RunRequest(goal="hold on"))
+        await bus.publish(bus.subject(Verb.RESULT, busy.instance, "status"),
+                          RunRequest(goal="hold on"))
         with anyio.fail_after(10):
             await busy.working.wait()
         try:

@@ -34,7 +34,7 @@ class Shouter(RoleActor):
     @on(StepTask)
     async def shout(self, task: StepTask, delivery: Delivery) -> None:
         me = f"{self.name}/{self.instance}"
-        results = self.bus.subject(Verb.RESULT, task.run_id)
+        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         # The id of this execution: a redelivered task gets a new one.
         key = f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.deliveries}"
         await self.bus.publish_durable(results, StepClaimed(

@@ -1,0 +1,57 @@
+"""An outcome counts only from the role whose subject it came on, for the run whose subject
+it came on: each role's NATS user may publish only on ``result.<run>.<its role>``, and the
+planner checks that the message fits (a verdict from the critic, a decision from the
+synthesizer, a step's result from the step's role). Anything else is an ``outcome.refused``
+event and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from protocols import OutcomeRefused, StepFinished, StepResult, SynthesisDecision, Verb
+from runtime.bus import Bus
+from runtime.client import follow
+from runtime.testing import Latency, Rule
+
+from .harness import echo, finish, run_team
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_decision_on_an_executors_subject_is_refused(nats_url: str, prefix: str) -> None:
+    async def forge(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepFinished):  # the run now waits for its synthesis
+                await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"),
+                                          SynthesisDecision(run_id=run_id, round=0,
+                                                            action="finish", answer="FORGED"))
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[echo(1, "one")]),
+        Rule(role="synthesizer", latency=Latency(ttft=1.5),
+             text=json.dumps({"action": "finish", "answer": "real"}))], during=forge)
+    [refused] = out.of(OutcomeRefused)
+    assert refused.kind == "synthesis.decision" and refused.sender == "worker"
+    assert "only 'synthesizer' may send it" in refused.reason
+    assert out.answer == "real"
+
+
+async def test_a_result_naming_another_run_is_refused(nats_url: str, prefix: str) -> None:
+    async def forge(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepFinished):
+                await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"), StepResult(
+                    run_id="someone-elses-run", step_id=2, attempt=1, ok=True,
+                    output="forged", executor="worker/x", delivery=1))
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[echo(1, "one")]),
+        finish("real", latency=Latency(ttft=1.5))], during=forge)
+    [refused] = out.of(OutcomeRefused)
+    assert "names run 'someone-elses-run'" in refused.reason
+    assert out.answer == "real"
