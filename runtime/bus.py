@@ -5,6 +5,7 @@ Connecting (and starting an embedded server when no URL is set) is in ``connecti
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -24,6 +25,9 @@ from nats.nuid import NUID
 from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
 
 from .settings import Settings
+
+MAX_OBJECT_BYTES = 64 * 1024 * 1024
+"""Largest payload an actor fetches through an ``message.offloaded`` reference."""
 
 log = logging.getLogger(__name__)
 _nuid = NUID()
@@ -238,8 +242,11 @@ class Bus:
                 delay = min(delay * 2, RETRY_CAP)
 
     async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
-        """Store a too-large message in the object store; return the envelope to send."""
-        name = f"msg/{msg_id or nuid()}"
+        """Store a too-large message in the object store; return the envelope to send.
+
+        Every object gets a name of its own: storing under a name in use would purge the
+        old chunks, a right no role's NATS user has."""
+        name = f"msg/{msg_id or 'anon'}/{nuid()}"
         ref = await self.put_object(name, payload)
         tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
         log.debug("offloaded %d-byte %s to %s", len(payload), tag, name)
@@ -253,12 +260,34 @@ class Bus:
                          sha256=hashlib.sha256(data).hexdigest())
 
     async def get_object(self, ref: ObjectRef) -> bytes:
-        """Fetch what ``put_object`` stored, checking its digest."""
-        store = await self.js.object_store(ref.bucket)
-        data = bytes((await store.get(ref.name)).data or b"")
-        if ref.sha256 and hashlib.sha256(data).hexdigest() != ref.sha256:
+        """Fetch what ``put_object`` stored, checking the reference first (our own bucket,
+        a digest, a bounded size) and the digest last.
+
+        It reads the chunks one by one with stream "get" requests rather than through a
+        consumer: no role's NATS user may create consumers, since a consumer can be told
+        to deliver stored bytes to any subject (nats-server#8274)."""
+        own = objects_bucket(self.prefix)
+        if ref.bucket != own or not ref.sha256 or not 0 <= ref.size <= MAX_OBJECT_BYTES:
+            raise ValueError(f"refused an object reference to {ref.bucket}/{ref.name} "
+                             f"({ref.size} bytes): references must name bucket {own}, carry "
+                             f"a sha256 and stay under {MAX_OBJECT_BYTES} bytes")
+        stream = f"OBJ_{own}"
+        key = base64.urlsafe_b64encode(ref.name.encode()).decode()
+        meta = await self.js.get_last_msg(stream, f"$O.{own}.M.{key}")
+        info = api.ObjectInfo.from_response(json.loads(meta.data or b"{}"))
+        if info.deleted or not info.nuid or (info.options and info.options.link) \
+                or (info.size or 0) > MAX_OBJECT_BYTES:
+            raise ValueError(f"object {ref.name} is deleted, a link or too large")
+        data, seq = bytearray(), 0
+        for _ in range(info.chunks or 0):
+            chunk = await self.js.get_msg(stream, seq + 1, f"$O.{own}.C.{info.nuid}", next=True)
+            seq = chunk.seq or seq + 1
+            data += chunk.data or b""
+            if len(data) > MAX_OBJECT_BYTES:
+                raise ValueError(f"object {ref.name} is larger than it says")
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise ValueError(f"object {ref.name} does not match its digest")
-        return data
+        return bytes(data)
 
     async def resolve(self, data: bytes) -> bytes:
         """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope."""

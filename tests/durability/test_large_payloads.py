@@ -7,8 +7,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from protocols import RunRequest, StepFinished, StepRecord, decode, runs_bucket, step_key
+from protocols import (
+    RunRequest,
+    StepFinished,
+    StepRecord,
+    decode,
+    objects_bucket,
+    runs_bucket,
+    step_key,
+)
+from runtime.bus import MAX_OBJECT_BYTES
 from runtime.client import submit
+from runtime.connection import open_bus
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.team import load_team
@@ -59,3 +69,18 @@ async def test_outputs_larger_than_max_payload_flow_by_reference(
     assert all(len(e.value) < 10_000 for e in entries)  # references, not outputs
     assert sorted(len(b) for b in stored) == [SIZE, SIZE + 1]
     assert len(synthesis[0].body["messages"][-1]["content"]) > 2 * SIZE  # it saw everything
+
+
+async def test_object_references_are_checked_before_anything_is_fetched(
+    nats_url: str, prefix: str
+) -> None:
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        ref = await bus.put_object("big", b"y" * 300_000)
+        assert await bus.get_object(ref) == b"y" * 300_000
+        own = objects_bucket(prefix)
+        for bad in (msgspec.structs.replace(ref, bucket="SOMEONE_ELSES"),
+                    msgspec.structs.replace(ref, sha256=""),
+                    msgspec.structs.replace(ref, size=MAX_OBJECT_BYTES + 1),
+                    msgspec.structs.replace(ref, sha256="0" * 64)):
+            with pytest.raises(ValueError, match=f"{own}|digest"):
+                await bus.get_object(bad)
