@@ -170,7 +170,8 @@ class Planner(RoleActor):
         try:
             results = await self.add_source(WorkQueue(
                 Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
-                f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1))
+                f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
+                provisioned=False))
             try:
                 with run.scope:
                     async with anyio.create_task_group() as tg:

@@ -334,3 +334,6 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
 
 def main() -> None:
     app()
+
+
+from . import cli_auth  # noqa: E402, F401  (registers ``auth`` and ``provision``)

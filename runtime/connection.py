@@ -24,10 +24,11 @@ from nats.errors import (
     StaleConnectionError,
 )
 
+from .auth import read_creds
 from .bus import Bus
 from .embedded import open_embedded_server
 from .errors import PlancastError
-from .provision import Retry, provision
+from .provision import Retry, check_provisioned, provision
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,11 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
     opts: dict[str, Any] = {"name": f"plancast:{settings.prefix}",
                             "ping_interval": settings.ping_interval,
                             "max_outstanding_pings": settings.max_outstanding_pings}
-    if settings.creds:
+    creds = read_creds(settings.creds) if settings.creds else None
+    if creds is not None:  # a per-role user of `plancast auth init`: its own inboxes
+        opts.update(user=creds.user, password=creds.password,
+                    inbox_prefix=f"_INBOX_{creds.user}")
+    elif settings.creds:
         opts["user_credentials"] = str(settings.creds)
     if settings.user:
         opts["user"], opts["password"] = settings.user, settings.password
@@ -199,7 +204,11 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
 
         stack.push_async_callback(close)
         bus = Bus(nc, settings, url)
-        if ensure_streams:
+        creds = read_creds(settings.creds) if settings.creds else None
+        if creds is not None and not creds.provision:
+            if ensure_streams:  # the admin provisions; a role's user may only look
+                await check_provisioned(bus.js, settings.prefix, where=url)
+        elif ensure_streams:
             await provision(
                 bus.js, settings.prefix, replicas=settings.replicas,
                 event_max_age=settings.event_max_age,

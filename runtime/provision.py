@@ -18,10 +18,13 @@ import anyio
 from nats.js import api
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-from protocols import Stream, objects_bucket, runs_bucket, stream_name
+from protocols import Stream, Verb, objects_bucket, runs_bucket, stream_name, subject
 
 from .bus import TRANSIENT
 from .errors import PlancastError
+from .settings import Settings
+from .sources import WorkQueue, consumer_config
+from .team import TeamConfig
 
 log = logging.getLogger(__name__)
 
@@ -209,3 +212,52 @@ async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float) 
                 storage=api.StorageType.FILE,
             ),
         )
+
+
+async def check_provisioned(js: Any, prefix: str, *, where: str = "NATS") -> None:
+    """For a user without provisioning rights: every stream must exist already."""
+    for config in stream_configs(prefix, replicas=1, event_max_age=0, max_msg_size=-1):
+        await _exists(js, str(config.name), where)
+    await _exists(js, f"KV_{runs_bucket(prefix)}", where)
+    await _exists(js, f"OBJ_{objects_bucket(prefix)}", where)
+
+
+async def _exists(js: Any, stream: str, where: str) -> None:
+    try:
+        await js.stream_info(stream)
+    except NotFoundError:
+        raise ProvisionError(f"stream {stream} does not exist on {where}: run `plancast "
+                             "provision` with the admin's credentials first") from None
+
+
+def team_queues(prefix: str, team: TeamConfig) -> list[WorkQueue]:
+    """The durable consumers a team's roles pull from, one per role (shared by its
+    instances)."""
+    queues = []
+    for role in team.roles.values():
+        match role.kind:
+            case "planner":
+                continue
+            case "critic":
+                queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.REVIEW), "review"))
+            case "synthesizer":
+                queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.SYNTHESIS),
+                                        "synthesis"))
+            case "supervisor":
+                queues.append(WorkQueue(Stream.DEAD, subject(prefix, Verb.DEAD, wildcard=True),
+                                        role.name))
+            case _:
+                queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.STEP, role.name),
+                                        f"step-{role.name}"))
+    return queues
+
+
+async def provision_consumers(js: Any, team: TeamConfig, settings: Settings) -> list[str]:
+    """Create (or update) the consumers of the team's roles, so that workers whose users
+    may not create consumers can bind to them; returns their names."""
+    names = []
+    for queue in team_queues(settings.prefix, team):
+        await js.add_consumer(stream_name(settings.prefix, queue.stream),
+                              config=consumer_config(queue, settings))
+        names.append(queue.consumer)
+    return names

@@ -11,10 +11,13 @@ from typing import Any, TypeVar
 import anyio
 from nats.errors import Error as NatsError
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from protocols import Message, Stream, stream_name
 
+from .auth import read_creds
 from .bus import Bus
+from .errors import PlancastError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,10 @@ FETCH_WAIT = 1.0
 """Seconds one pull request waits for work before asking again (bounds drain latency)."""
 REBIND_AFTER = 5
 """Consecutive failed fetches after which the consumer is bound afresh."""
+
+
+class MissingConsumer(PlancastError):
+    """A role's consumer does not exist and its NATS user may not create it."""
 
 
 def on(*message_types: type[Message]) -> Callable[[H], H]:
@@ -61,6 +68,8 @@ class WorkQueue:
     max_deliver: int | None = None
     """Deliveries before the message is dead-lettered; None uses the settings, -1 never
     (for outcomes that must not be lost: a failing handler retries them with backoff)."""
+    provisioned: bool = True
+    """Made by ``plancast provision`` (a role's shared consumer), not by the actor itself."""
 
 
 Source = Subscription | WorkQueue
@@ -77,8 +86,32 @@ def consumer_config(source: WorkQueue, settings: Settings) -> api.ConsumerConfig
     )
 
 
+async def _existing(bus: Bus, source: WorkQueue, who: str) -> None:
+    delay = 0.1
+    while True:
+        try:
+            await bus.js.consumer_info(stream_name(bus.prefix, source.stream), source.consumer)
+            return
+        except NotFoundError:
+            raise MissingConsumer(
+                f"consumer {source.consumer} does not exist and {who}'s NATS user may not "
+                "create it: run `plancast provision --team …` with the admin's credentials"
+            ) from None
+        except (NatsError, TimeoutError) as exc:
+            log.warning("%s: looking up consumer %s failed (%s); retrying in %.1fs",
+                        who, source.consumer, exc, delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
 async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str) -> Any:
-    """Bind to the durable consumer, retrying through leader elections and reconnects."""
+    """Bind to the durable consumer, retrying through leader elections and reconnects.
+
+    A user without provisioning rights (``plancast auth init``) only binds: the consumer
+    must exist, made by ``plancast provision``."""
+    creds = read_creds(bus.settings.creds) if bus.settings.creds else None
+    if source.provisioned and creds is not None and not creds.provision:
+        await _existing(bus, source, who)
     delay = 0.1
     while True:
         try:

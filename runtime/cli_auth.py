@@ -1,0 +1,95 @@
+"""``plancast auth init`` and ``plancast provision``: per-role users, and the admin's job of
+creating what they may only use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .auth import CONF_FILE, grants, write_auth
+from .cli import (
+    ConnectTimeoutOpt,
+    CredsOpt,
+    NatsOpt,
+    PrefixOpt,
+    TeamOpt,
+    VerboseOpt,
+    _run_async,
+    _team,
+    app,
+    build_settings,
+    console,
+    print_error,
+    setup_logging,
+)
+from .connection import open_bus
+from .errors import PlancastError
+from .provision import provision_consumers
+
+auth_app = typer.Typer(help="Per-role NATS users: least privilege on a shared server.",
+                       no_args_is_help=True)
+app.add_typer(auth_app, name="auth")
+
+
+@auth_app.command("init")
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to write the files.")] = Path(
+        "plancast-auth"),
+    team: TeamOpt = None,
+    prefix: PrefixOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing files (new "
+                                        "passwords: restart everything that uses them).")
+                     ] = False,
+) -> None:
+    """Write a nats-server authorization block and a credentials file per user: admin,
+    each role of the team, client and watcher."""
+    settings = build_settings(None, None, prefix)
+    if (directory / CONF_FILE).exists() and not force:
+        print_error(f"{directory / CONF_FILE} exists: pass --force to replace it and every "
+                    "password with it")
+        raise typer.Exit(2)
+    try:
+        team_config = _team(team)
+    except PlancastError as exc:  # a team file mistake: one line
+        print_error(str(exc))
+        raise typer.Exit(2) from None
+    written = write_auth(directory, settings.prefix, team_config)
+    users = grants(settings.prefix, team_config)
+    console.print(f"wrote {len(written)} files to {directory} (readable by you only) for "
+                  f"users: {', '.join(users)}", soft_wrap=True, markup=False)
+    console.print(
+        f"next: add `include \"{(directory / CONF_FILE).resolve()}\"` to your nats-server "
+        "config and restart it; then `plancast provision --creds "
+        f"{directory / 'admin.creds'} --team …`; then start each role with its own "
+        f"`--creds {directory}/<role>.creds`", soft_wrap=True, markup=False)
+
+
+@app.command()
+def provision(
+    team: TeamOpt = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Create or update the deployment's streams, buckets and the team's consumers (the
+    admin's job where roles run with their own users)."""
+    setup_logging(verbose, quiet=True)
+    settings = build_settings(nats, creds, prefix, connect_timeout)
+    if not settings.nats_url:
+        print_error("plancast provision needs a server: pass --nats URL or set NATS_URL")
+        raise typer.Exit(2)
+
+    async def main() -> int:
+        team_config = _team(team)
+        async with open_bus(settings) as bus:
+            made = await provision_consumers(bus.js, team_config, settings)
+        console.print(f"provisioned prefix {settings.prefix!r} on {settings.nats_url}: "
+                      f"streams, buckets and consumers {', '.join(made)}",
+                      soft_wrap=True, markup=False)
+        return 0
+
+    _run_async(main, verbose=verbose)
