@@ -80,7 +80,7 @@ class Critic(RoleActor):
             self.bus.subject(Verb.RESULT, task.run_id, self.name),
             Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                     approved=approved, critique=critique, usage=outcome.usage),
-            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/verdict",
+            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{task.nonce}/verdict",
         )
 
     async def _run_code(self, output: str) -> str:

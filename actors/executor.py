@@ -61,7 +61,7 @@ class Executor(RoleActor):
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
                                  attempt=task.attempt, executor=me, delivery=ctx.delivery,
                                  heartbeat=self.settings.heartbeat_interval),
-            msg_id=f"{ctx.key}/claim",
+            msg_id=f"{ctx.key}/{task.nonce}/claim",
         )
         token = current_step.set(ctx)
         started = time.time()
@@ -88,7 +88,7 @@ class Executor(RoleActor):
         # names the task and its delivery: a stale executor's result must not be mistaken
         # for (and de-duplicate away) the result of another execution.
         await self.bus.settle([claim])
-        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/result")
+        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/{task.nonce}/result")
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:
         step = task.step

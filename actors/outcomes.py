@@ -29,6 +29,7 @@ from protocols import (
     Verdict,
     WorkError,
     WorkFailed,
+    nonce,
 )
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
@@ -188,7 +189,7 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
-                            inputs=run.scheduler.inputs_for(step))
+                            inputs=run.scheduler.inputs_for(step), nonce=nonce())
         await run.send(run.bus.subject(Verb.REVIEW), review,
                        msg_id=f"{run.run_id}/{sid}/{attempt}/review")
         return

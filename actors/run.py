@@ -38,6 +38,7 @@ from protocols import (
     UsageRecorded,
     Verb,
     WorkError,
+    nonce,
     stream_name,
 )
 from runtime.bus import TRANSIENT, Fenced, Unsettled
@@ -190,7 +191,7 @@ class Run:
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=self.scheduler.failures,
-                             replans_left=replans_left)
+                             replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}")
         await self._until(lambda: self.decision is not None)
@@ -249,7 +250,7 @@ class Run:
         task = StepTask(run_id=self.run_id, goal=self.request.goal, step=sent, attempt=attempt,
                         inputs=inputs, feedback=self.meta[step.id].feedback,
                         timeout=self.team.step_timeout(step.role, step.timeout),
-                        deadline=self.record.deadline)
+                        deadline=self.record.deadline, nonce=nonce())
         meta = self.meta[step.id]
         meta.task_id, meta.task_seq = msg_id, 0
         self._touched.add(step.id)

@@ -74,6 +74,15 @@ class SupervisorActor(RoleActor):
 
     @on(*WORK_TYPES)
     async def dead_work(self, task: Message, delivery: Delivery) -> None:
+        sender = delivery.subject.rsplit(".", 1)[-1]  # dead.<role>: only its user writes it
+        if sender != self.name and sender not in self._roles_of(task):
+            log.warning("a dead %s on %s is not %s's work: ignored", type(task).__name__,
+                        delivery.subject, sender)
+            await self._report(ActorError(
+                role=self.name, instance=self.instance, subject=delivery.subject,
+                reason=f"a dead letter from {sender!r} holds work of another role; a role "
+                       "gives up only its own work, so it changes nothing", ts=time.time()))
+            return
         why = delivery.headers.get("Plancast-Reason", "it was dead-lettered")
         match task:
             case StepTask():
@@ -95,6 +104,16 @@ class SupervisorActor(RoleActor):
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, request.run_id, self.name), request,
             msg_id=f"{request.run_id}/dead/{hashlib.sha256(delivery.data).hexdigest()[:20]}")
+
+    def _roles_of(self, task: Message) -> list[str]:
+        """The roles whose actors may give this task up (their dead letters count)."""
+        match task:
+            case StepTask():
+                return [task.step.role]
+            case ReviewTask():
+                return self.ctx.team.kind_roles("critic") or ["critic"]
+            case _:
+                return self.ctx.team.kind_roles("synthesizer") or ["synthesizer"]
 
     @on(Heartbeat)
     async def beat(self, beat: Heartbeat, delivery: Delivery) -> None:

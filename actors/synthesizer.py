@@ -46,5 +46,5 @@ class Synthesizer(RoleActor):
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,
-            msg_id=f"{task.run_id}/synthesis/{task.plan.round}",
+            msg_id=f"{task.run_id}/synthesis/{task.plan.round}/{task.nonce}",
         )

@@ -44,6 +44,7 @@ from .messages import SynthesisTask as SynthesisTask
 from .messages import Verdict as Verdict
 from .messages import WorkError as WorkError
 from .messages import new_run_id as new_run_id
+from .messages import nonce as nonce
 from .plan import Plan as Plan
 from .plan import Step as Step
 from .plan import StepId as StepId

@@ -23,6 +23,11 @@ def new_run_id() -> str:
     return f"run-{secrets.token_hex(6)}"
 
 
+def nonce() -> str:
+    """A task's secret (``StepTask.nonce`` ...): 16 random bytes, URL-safe."""
+    return secrets.token_urlsafe(16)
+
+
 class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     """A client asks for a goal to be planned and run (request/reply on ``run.submit``)."""
 
@@ -77,6 +82,10 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     """Dependency outputs too large for a message, by step id."""
     feedback: str = ""
     """The critic's critique of the previous attempt, when it was rejected."""
+    nonce: str = ""
+    """A secret of this task's sender and receiver: the receiver puts it in the
+    ``Nats-Msg-Id`` of its answer, so nobody else can publish first under that id (the
+    stream would then drop the real answer as a duplicate)."""
 
 
 class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
@@ -143,6 +152,10 @@ class ReviewTask(Message, frozen=True, kw_only=True, tag="review.task"):
     """The output to judge."""
     inputs: dict[int, str] = {}
     """The step's inputs, so the critic sees what the executor saw."""
+    nonce: str = ""
+    """A secret of this task's sender and receiver: the receiver puts it in the
+    ``Nats-Msg-Id`` of its answer, so nobody else can publish first under that id (the
+    stream would then drop the real answer as a duplicate)."""
 
 
 class Verdict(Message, frozen=True, kw_only=True, tag="review.verdict"):
@@ -177,6 +190,10 @@ class SynthesisTask(Message, frozen=True, kw_only=True, tag="synthesis.task"):
     """Each failed step's error, by step id."""
     replans_left: int = 0
     """How many more rounds the synthesizer may ask for; 0 means it must finish."""
+    nonce: str = ""
+    """A secret of this task's sender and receiver: the receiver puts it in the
+    ``Nats-Msg-Id`` of its answer, so nobody else can publish first under that id (the
+    stream would then drop the real answer as a duplicate)."""
 
 
 class SynthesisDecision(Message, frozen=True, kw_only=True, tag="synthesis.decision"):

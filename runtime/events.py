@@ -27,6 +27,7 @@ from protocols import (
     UsageRecorded,
     Verb,
     WorkFailed,
+    nonce,
 )
 
 from .bus import TRANSIENT, Bus, Unsettled, fence_headers
@@ -66,7 +67,9 @@ def identity(event: Event) -> Hashable | None:
 class EventLog:
     """The single writer of one run's events (the planner that owns the run).
 
-    Each event is stored with ``Nats-Msg-Id = <run>/e<seq>``, so a retry is stored once.
+    Each event is stored with ``Nats-Msg-Id = <run>/<nonce>/e<seq>``, so a retry is stored
+    once; the nonce is this writer's secret, so nobody else sharing the stream (roles
+    report errors on it) can publish first under the id of an event still to come.
     """
 
     def __init__(self, bus: Bus, run_id: str, *, next_seq: int = 1, fence: int = 0) -> None:
@@ -74,6 +77,7 @@ class EventLog:
         self.run_id = run_id
         self.subject = bus.subject(Verb.EVENT, run_id)
         self.next_seq = next_seq
+        self.nonce = nonce()
         self.headers = fence_headers(bus.subject(Verb.FENCE, run_id), fence) if fence else None
         self.announced: set[Hashable] = set()
         """Identities of events already in the log that this owner will re-derive (a
@@ -104,7 +108,7 @@ class EventLog:
                 return None
             stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
             sent = await self.bus.publish_soon(self.subject, stamped, headers=self.headers,
-                                               msg_id=f"{self.run_id}/e{self.next_seq}")
+                                               msg_id=f"{self.run_id}/{self.nonce}/e{self.next_seq}")
             self._unsettled.append(sent)  # flush confirms it (at once, if stored below)
             self.next_seq += 1
             if self.headers is not None and not self.bus.pipeline_fenced:

@@ -11,12 +11,24 @@ import json
 
 import pytest
 
-from protocols import OutcomeRefused, StepFinished, StepResult, SynthesisDecision, Verb
+from protocols import (
+    ActorError,
+    OutcomeRefused,
+    Step,
+    StepFailed,
+    StepFinished,
+    StepResult,
+    StepStarted,
+    StepTask,
+    SynthesisDecision,
+    Verb,
+    decode,
+)
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Latency, Rule
 
-from .harness import echo, finish, run_team
+from .harness import echo, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +67,28 @@ async def test_a_result_naming_another_run_is_refused(nats_url: str, prefix: str
     [refused] = out.of(OutcomeRefused)
     assert "names run 'someone-elses-run'" in refused.reason
     assert out.answer == "real"
+
+
+async def test_a_dead_letter_of_another_roles_work_changes_nothing(
+    nats_url: str, prefix: str
+) -> None:
+    """A role gives up only its own work: a step's task in the synthesizer's dead letters
+    is reported by the supervisor and fails no step."""
+    reports: list[ActorError] = []
+
+    async def forge(bus: Bus, run_id: str) -> None:
+        sub = await bus.nc.subscribe(bus.subject(Verb.ERROR, "supervisor"))
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepStarted):
+                await bus.publish_durable(bus.subject(Verb.DEAD, "synthesizer"), StepTask(
+                    run_id=run_id, goal="x", attempt=1,
+                    step=Step(id=1, role="worker", tool="echo", args={"text": "x"})))
+                reports.append(decode((await sub.next_msg(timeout=10)).data, ActorError))
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 2})]),
+        finish("real")], roles={"supervisor": {"kind": "supervisor"}}, during=forge)
+    [report] = reports
+    assert "another role" in report.reason
+    assert not out.of(StepFailed) and out.answer == "real"
