@@ -163,7 +163,7 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
         if patient:
             raise Early(f"step {sid} attempt {attempt}")
         await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
-                     f"{attempt} of step {sid} (claimed by: "
+                     f"{attempt} of step {sid} in delivery {result.delivery} (claimed by: "
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
                      step_id=sid, attempt=attempt, sender=sender)
         if not meta.claimants:  # its task was taken and answered: nothing else will come
@@ -256,9 +256,8 @@ async def _replan_request(run: Run, request: ReplanRequest) -> None:
 
 
 def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
-    if delivery:
-        return f"{executor}#{delivery}" in claimants
-    return any(c.rpartition("#")[0] == executor for c in claimants)  # an older executor
+    """A result counts only after a claim by the same executor for the same delivery."""
+    return f"{executor}#{delivery}" in claimants
 
 
 def _told(run: Run, sid: int, attempt: int) -> bool:

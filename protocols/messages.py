@@ -132,9 +132,11 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     finished_at: float = 0.0
     """Unix time the executor finished the step."""
     executor: str = ""
-    """The instance that ran it (``role/instance``); it must have claimed this attempt."""
+    """The instance that ran it (``role/instance``); required: a result counts only after a
+    ``step.claimed`` by the same executor for the same delivery."""
     delivery: int = 0
-    """The JetStream delivery count of the task this result answers (as in its claim)."""
+    """The JetStream delivery count of the task this result answers (as in its claim);
+    required, like ``executor`` (0 never matches a claim)."""
 
 
 class ReviewTask(Message, frozen=True, kw_only=True, tag="review.task"):

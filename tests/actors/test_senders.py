@@ -92,3 +92,29 @@ async def test_a_dead_letter_of_another_roles_work_changes_nothing(
     [report] = reports
     assert "another role" in report.reason
     assert not out.of(StepFailed) and out.answer == "real"
+
+
+async def test_results_of_a_delivery_or_attempt_nobody_claimed_are_refused(
+    nats_url: str, prefix: str
+) -> None:
+    """The claimant's own name does not make any result count: the delivery and the
+    attempt must be the ones it claimed."""
+    async def forge(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepStarted):
+                for delivery, attempt in ((event.delivery + 1, 1), (event.delivery, 2)):
+                    await bus.publish_durable(
+                        bus.subject(Verb.RESULT, run_id, "worker"),
+                        StepResult(run_id=run_id, step_id=1, attempt=attempt, ok=True,
+                                   output="forged", executor=event.executor,
+                                   delivery=delivery))
+                return
+
+    out = await run_team(nats_url, prefix, [  # the step outlasts the patience for early results
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 7})]),
+        finish("real")], during=forge)
+    reasons = sorted(r.reason for r in out.of(OutcomeRefused))
+    assert len(reasons) == 2, reasons
+    assert "attempt 2 of step 1 is no longer wanted" in reasons[0]
+    assert "never claimed attempt 1 of step 1" in reasons[1]
+    assert out.finished(1).output != "forged" and out.answer == "real"

@@ -35,8 +35,9 @@ class Shouter(RoleActor):
     async def shout(self, task: StepTask, delivery: Delivery) -> None:
         me = f"{self.name}/{self.instance}"
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
-        # The id of this execution: a redelivered task gets a new one.
-        key = f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.deliveries}"
+        # The id of this execution: a redelivered task gets a new one. The task's nonce
+        # keeps anyone else from publishing first under it.
+        key = f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.deliveries}/{task.nonce}"
         await self.bus.publish_durable(results, StepClaimed(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, executor=me,
             delivery=delivery.deliveries), msg_id=f"{key}/claim")
@@ -47,5 +48,6 @@ class Shouter(RoleActor):
         await self.bus.publish_durable(results, StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, ok=True,
             output=output, started_at=started, finished_at=time.time(), executor=me,
-        ), msg_id=key)
+            delivery=delivery.deliveries,  # a result counts only with its own claim
+        ), msg_id=f"{key}/result")
         # Returning acknowledges the task: the result is stored, so nothing is lost.
