@@ -239,7 +239,8 @@ def run(
             async with open_bus(settings) as bus:
                 return await _run_and_show(bus, request, as_json)
         team_config = _team(team)
-        tools = builtin_tools(files_root=team_config.files_root)
+        tools = builtin_tools(files_root=team_config.files_root,
+                              sandbox=team_config.sandbox)
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
@@ -320,7 +321,8 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
            verbose: bool) -> None:
     async def main() -> int:
         team_config = _team(team)
-        tools = builtin_tools(files_root=team_config.files_root)
+        tools = builtin_tools(files_root=team_config.files_root,
+                              sandbox=team_config.sandbox)
         async with open_bus(settings) as bus:
             actors = build_team_actors(bus, team_config, tools, roles)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)

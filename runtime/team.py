@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -115,6 +115,9 @@ class TeamConfig(BaseModel):
     """Times the planner asks its model again after an invalid plan."""
     files_root: Path | None = None
     """Directory the ``read_file`` tool may read; None disables it."""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    """Where the ``python`` tool runs model-written code: inside bubblewrap (it refuses to
+    run where bubblewrap is missing), or ``none``, unsandboxed, by explicit choice only."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 

@@ -1,10 +1,12 @@
-"""``python``: run model-written code in a throwaway, resource-limited subprocess.
+"""``python``: run model-written code in a throwaway, resource-limited sandbox.
 
 Each run gets its own temporary working directory (removed afterwards), a minimal
-environment, no stdin, limits on address space, CPU time and file size, a wall-clock
-timeout that kills the whole process group, and bounded output. A non-zero exit is a
-ToolError carrying the stderr tail, which is how the critic sees that code does not run.
-This is a guard against accidents, not a security sandbox: use a container for that.
+environment, no stdin, limits on address space, CPU time, file size and processes, a
+wall-clock timeout that kills the whole process group, and bounded output; by default
+inside bubblewrap (``sandbox.py``: no network, nothing of the worker's files), and it
+refuses to run without it unless the team file says ``sandbox = "none"``. A non-zero exit
+is a ToolError carrying the stderr tail, which is how the critic sees that code does not
+run.
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ from anyio.abc import ByteReceiveStream
 from runtime.errors import ToolError
 
 from ._base import StructTool
+from .sandbox import NOBODY, SANDBOXES, WORKDIR, find_bwrap, sandboxed
 
 # Runs first in the child: set the limits, then replace itself with a clean interpreter.
 _PRELUDE = """\
 import os, resource, sys
-address_space, cpu_seconds, file_bytes = map(int, sys.argv[1:])
+address_space, cpu_seconds, file_bytes, processes = map(int, sys.argv[1:])
 resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 os.execv(sys.executable, [sys.executable, "-I", "-X", "utf8", "main.py"])
 """
 MB = 1024 * 1024
@@ -94,6 +98,8 @@ class PythonRunner(StructTool[PythonArgs]):
         memory_mb: int = 1024,
         max_output_bytes: int = 64 * 1024,
         max_file_mb: int = 64,
+        max_processes: int = 64,
+        sandbox: str = "bwrap",
     ) -> None:
         self.timeout = timeout
         """Wall-clock seconds when the call does not ask for a timeout."""
@@ -105,6 +111,11 @@ class PythonRunner(StructTool[PythonArgs]):
         """Bytes kept of stdout (the head) and of stderr (the tail)."""
         self.max_file_mb = max_file_mb
         """Largest file the program may write (RLIMIT_FSIZE)."""
+        self.max_processes = max_processes
+        """Processes its user may have (RLIMIT_NPROC): a fork bomb stops there."""
+        if sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox must be one of {SANDBOXES}, not {sandbox!r}")
+        self.sandbox = sandbox
         self.description = (
             "Run a Python 3 program in a fresh temporary directory and return what it prints. "
             f"No stdin; limits of {timeout:g} s and {memory_mb} MB by default. "
@@ -113,15 +124,23 @@ class PythonRunner(StructTool[PythonArgs]):
 
     async def call(self, args: PythonArgs) -> str:
         timeout = min(args.timeout or self.timeout, self.max_timeout)
+        bwrap = find_bwrap() if self.sandbox == "bwrap" else None
+        if self.sandbox == "bwrap" and bwrap is None:
+            raise ToolError("the python tool runs code only inside bubblewrap, which is not "
+                            "installed here: install it (apt install bubblewrap), or set "
+                            'sandbox = "none" in the team file to run code unsandboxed')
         workdir = Path(await anyio.to_thread.run_sync(_make_workdir))
         try:
             await anyio.Path(workdir / "main.py").write_text(args.code, encoding="utf-8")
-            returncode, stdout, stderr = await self._run(workdir, timeout)
+            if bwrap is not None and os.geteuid() == 0:  # the program runs as nobody
+                await anyio.to_thread.run_sync(_give_to_nobody, workdir)
+            returncode, stdout, stderr = await self._run(workdir, timeout, bwrap)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_workdir, workdir)
         # Tracebacks name "main.py", not a temporary directory that no longer exists.
-        errors = stderr.text("stderr").replace(f"{workdir}{os.sep}", "")
+        errors = stderr.text("stderr").replace(f"{workdir}{os.sep}", "") \
+            .replace(f"{WORKDIR}/", "")
         if returncode is None:
             raise ToolError(_failure(f"timed out after {timeout:g} s and was killed", errors))
         if returncode != 0:
@@ -129,10 +148,14 @@ class PythonRunner(StructTool[PythonArgs]):
         out = stdout.text("stdout")
         return f"{out}\n[stderr]\n{errors}" if errors else out
 
-    async def _run(self, workdir: Path, seconds: float) -> tuple[int | None, _Capture, _Capture]:
+    async def _run(self, workdir: Path, seconds: float,
+                   bwrap: str | None) -> tuple[int | None, _Capture, _Capture]:
         """Run main.py in ``workdir``; the return code is None when ``seconds`` ran out."""
-        limits = [self.memory_mb * MB, math.ceil(seconds) + 1, self.max_file_mb * MB]
+        limits = [self.memory_mb * MB, math.ceil(seconds) + 1, self.max_file_mb * MB,
+                  self.max_processes]
         command = [sys.executable, "-I", "-c", _PRELUDE, *map(str, limits)]
+        if bwrap is not None:
+            command = sandboxed(bwrap, workdir, command)
         env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
         stdout = _Capture(self.max_output_bytes)
         stderr = _Capture(self.max_output_bytes, keep_tail=True)
@@ -164,6 +187,11 @@ def _kill_group(pgid: int) -> None:
 
 def _make_workdir() -> str:
     return tempfile.mkdtemp(prefix="plancast-python-")
+
+
+def _give_to_nobody(workdir: Path) -> None:
+    for path in (workdir, workdir / "main.py"):
+        os.chown(path, NOBODY, NOBODY)
 
 
 def _remove_workdir(workdir: Path) -> None:

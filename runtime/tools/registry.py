@@ -91,6 +91,7 @@ def builtin_tools(
     http_timeout: float = 15.0,
     http_max_bytes: int = 200_000,
     plugins: bool = True,
+    sandbox: str = "bwrap",
 ) -> ToolRegistry:
     """python, math, http_get, echo, sleep, read_file (only with ``files_root``) and plugins.
 
@@ -99,7 +100,7 @@ def builtin_tools(
     """
     registry = ToolRegistry(
         [
-            PythonRunner(timeout=python_timeout, memory_mb=python_memory_mb),
+            PythonRunner(timeout=python_timeout, memory_mb=python_memory_mb, sandbox=sandbox),
             MathTool(),
             HttpGetTool(timeout=http_timeout, max_bytes=http_max_bytes),
             echo_tool,

@@ -53,24 +53,6 @@ async def test_python_nonzero_exit_is_a_tool_error_with_the_traceback() -> None:
     assert 'File "main.py", line 2' in str(info.value)
 
 
-async def test_python_timeout_kills_the_whole_process_group() -> None:
-    code = (
-        "import subprocess, sys\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-        "print('child', child.pid, file=sys.stderr, flush=True)\n"
-        "while True: pass\n"
-    )
-    # 5 s: on a loaded machine the script needs time to start its child before it spins.
-    with anyio.fail_after(60), pytest.raises(ToolError, match="timed out after 5 s") as info:
-        await PythonRunner().run({"code": code, "timeout": 5})
-    child_pid = int(str(info.value).split("child ")[1].split()[0])
-    # SIGKILL went to the whole group; on a loaded machine the grandchild takes a moment.
-    with anyio.move_on_after(10):
-        while _alive(child_pid):  # noqa: ASYNC110 - not our child: no exit event to await
-            await anyio.sleep(0.05)
-    assert not _alive(child_pid)
-
-
 async def test_python_leftover_children_do_not_hold_up_the_result() -> None:
     code = (
         "import subprocess, sys\n"
@@ -107,38 +89,9 @@ async def test_python_keeps_the_tail_of_a_long_stderr() -> None:
     assert len(str(info.value)) < 1000
 
 
-async def test_python_runs_in_its_own_temp_dir_which_is_removed() -> None:
-    code = "import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())"
-    runner = PythonRunner()
-    first = Path((await runner.run({"code": code})).strip())
-    second = Path((await runner.run({"code": code})).strip())
-    assert first != second
-    assert first.name.startswith("plancast-python-")
-    assert not await anyio.Path(first).exists()
-    assert not await anyio.Path(second).exists()
-
-
-async def test_python_has_no_stdin_and_a_minimal_environment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PLANCAST_SECRET", "not for the child")
-    code = "import os, sys\nprint(repr(sys.stdin.read()), sorted(os.environ))"
-    out = await PythonRunner().run({"code": code})
-    assert out.strip() == "'' ['HOME', 'LANG', 'PATH', 'TMPDIR']"
-
-
 async def test_python_success_includes_stderr() -> None:
     code = "import sys\nprint('out')\nprint('warn', file=sys.stderr)"
     assert await PythonRunner().run({"code": code}) == "out\n\n[stderr]\nwarn\n"
-
-
-def _alive(pid: int) -> bool:
-    """True unless ``pid`` is gone or a zombie (an init that does not reap leaves those)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 # --- math ----------------------------------------------------------------------------------
