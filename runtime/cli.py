@@ -34,7 +34,7 @@ from .settings import Settings
 from .status import HEARTBEAT_WINDOWS, collect_status, render_status
 from .team import TeamConfig, load_team
 from .testing import load_scenario, open_scripted_model_server
-from .tools import builtin_tools
+from .tools import ToolRegistry, builtin_tools
 from .view import RunView
 
 app = typer.Typer(
@@ -124,6 +124,12 @@ def roles(
         status = "[green]ok[/]" if r.ok else f"[red]failed: {r.error}[/]"
         table.add_row(r.name, r.package, r.version, r.target, status)
     console.print(table)
+
+
+def team_tools(team: TeamConfig) -> ToolRegistry:
+    """The built-in tools (and plugins) as the team file configures them."""
+    return builtin_tools(files_root=team.files_root, sandbox=team.sandbox,
+                         http_allow=team.http_allow)
 
 
 def _team(path: Path | None) -> TeamConfig:
@@ -239,8 +245,7 @@ def run(
             async with open_bus(settings) as bus:
                 return await _run_and_show(bus, request, as_json)
         team_config = _team(team)
-        tools = builtin_tools(files_root=team_config.files_root,
-                              sandbox=team_config.sandbox)
+        tools = team_tools(team_config)
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
@@ -321,8 +326,7 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
            verbose: bool) -> None:
     async def main() -> int:
         team_config = _team(team)
-        tools = builtin_tools(files_root=team_config.files_root,
-                              sandbox=team_config.sandbox)
+        tools = team_tools(team_config)
         async with open_bus(settings) as bus:
             actors = build_team_actors(bus, team_config, tools, roles)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)

@@ -115,6 +115,9 @@ class TeamConfig(BaseModel):
     """Times the planner asks its model again after an invalid plan."""
     files_root: Path | None = None
     """Directory the ``read_file`` tool may read; None disables it."""
+    http_allow: list[str] = Field(default_factory=list)
+    """Hosts, addresses and networks (``10.0.0.0/8``) that ``http_get`` may fetch although
+    they are loopback, private or link-local (refused by default)."""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """Where the ``python`` tool runs model-written code: inside bubblewrap (it refuses to
     run where bubblewrap is missing), or ``none``, unsandboxed, by explicit choice only."""

@@ -1,12 +1,19 @@
 """``http_get``: fetch a web page for a model, bounded in bytes and in wall time.
 
 The body is streamed and reading stops at ``max_bytes``, so a huge or endless response
-costs no more than the limit; only http and https URLs are fetched.
+costs no more than the limit; only http and https URLs are fetched. A model must not reach
+what only the worker can: every host (the first and each redirect's) is resolved here and
+refused if any of its addresses is loopback, private, link-local (cloud metadata),
+multicast or otherwise not global, unless the team file allows it (``http_allow``); the
+request then goes to the address that was checked, so a second DNS answer cannot differ.
 """
 
 from __future__ import annotations
 
 import codecs
+import ipaddress
+import socket
+from collections.abc import Sequence
 from typing import Annotated
 
 import anyio
@@ -31,13 +38,18 @@ class HttpGetTool(StructTool[HttpGetArgs]):
     args_type = HttpGetArgs
 
     def __init__(
-        self, *, timeout: float = 15.0, max_bytes: int = 200_000, max_redirects: int = 5
+        self, *, timeout: float = 15.0, max_bytes: int = 200_000, max_redirects: int = 5,
+        allow: Sequence[str] = (),
     ) -> None:
         self.timeout = timeout
         """Seconds for the whole request, connect to last byte read."""
         self.max_bytes = max_bytes
         """Body bytes kept; the rest is not read."""
         self.max_redirects = max_redirects
+        self.allow_hosts = {a.lower() for a in allow if not _network(a)}
+        """Host names fetched whatever their addresses."""
+        self.allow_networks = [n for a in allow if (n := _network(a))]
+        """Non-global networks that may be fetched nonetheless (``10.0.0.0/8`` ...)."""
         self.description = (
             "Fetch a URL with HTTP GET and return the status and the body as text "
             f"(the first {max_bytes} bytes). Only http and https URLs."
@@ -52,26 +64,59 @@ class HttpGetTool(StructTool[HttpGetArgs]):
 
     async def _fetch(self, url: httpx2.URL) -> str:
         try:
-            async with (
-                httpx2.AsyncClient(
-                    timeout=self.timeout,
-                    follow_redirects=True,
-                    max_redirects=self.max_redirects,
-                    trust_env=False,
-                    headers={"Accept-Encoding": "identity"},
-                ) as client,
-                client.stream("GET", url) as response,
-            ):
-                body, truncated = await self._read_body(response)
-                status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-                encoding = _encoding(response.charset_encoding)
+            async with httpx2.AsyncClient(
+                timeout=self.timeout, follow_redirects=False, trust_env=False,
+                headers={"Accept-Encoding": "identity"},
+            ) as client:
+                for _ in range(self.max_redirects + 1):
+                    address = await self._checked_address(url)
+                    async with client.stream(
+                        "GET", url.copy_with(host=address),
+                        headers={"Host": url.netloc.decode("ascii")},
+                        extensions={"sni_hostname": url.host},
+                    ) as response:
+                        location = response.headers.get("location")
+                        if response.is_redirect and location:
+                            url = _checked_url(str(url.join(location)))
+                            continue
+                        body, truncated = await self._read_body(response)
+                        status = f"HTTP {response.status_code} {response.reason_phrase}"
+                        encoding = _encoding(response.charset_encoding)
+                        break
+                else:
+                    raise ToolError(f"GET {url}: more than {self.max_redirects} redirects")
         except httpx2.TimeoutException:
             raise ToolError(f"GET {url} timed out after {self.timeout:g} s") from None
         except httpx2.HTTPError as exc:
             raise ToolError(f"GET {url} failed: {type(exc).__name__}: {exc}") from None
         text = body.decode(encoding, errors="replace")
         note = f"\n[truncated: only the first {self.max_bytes} bytes shown]" if truncated else ""
-        return f"{status}\n\n{text}{note}"
+        return f"{status.rstrip()}\n\n{text}{note}"
+
+    async def _checked_address(self, url: httpx2.URL) -> str:
+        """The address to connect to for ``url``'s host, once every address it resolves
+        to is one a model may reach."""
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            found = await anyio.getaddrinfo(url.host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ToolError(f"GET {url}: cannot resolve {url.host} ({exc})") from None
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+        if url.host.lower() not in self.allow_hosts:
+            for ip in addresses:
+                if not self._reachable(ip):
+                    raise ToolError(
+                        f"GET {url} refused: {url.host} is {ip}, a loopback, private, "
+                        "link-local or reserved address; add it to http_allow in the team "
+                        "file if the model may reach it")
+        return str(addresses[0])
+
+    def _reachable(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if any(ip in network for network in self.allow_networks):
+            return True
+        return ip.is_global and not ip.is_multicast
 
     async def _read_body(self, response: httpx2.Response) -> tuple[bytes, bool]:
         body = bytearray()
@@ -92,6 +137,15 @@ def _checked_url(url: str) -> httpx2.URL:
     if not parsed.host:
         raise ToolError(f"URL has no host: {url!r}")
     return parsed
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """``text`` as an address or network (``127.0.0.1``, ``10.0.0.0/8``), or None for a
+    host name."""
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
 
 
 def _encoding(charset: str | None) -> str:

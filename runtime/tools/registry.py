@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -92,6 +92,7 @@ def builtin_tools(
     http_max_bytes: int = 200_000,
     plugins: bool = True,
     sandbox: str = "bwrap",
+    http_allow: Sequence[str] = (),
 ) -> ToolRegistry:
     """python, math, http_get, echo, sleep, read_file (only with ``files_root``) and plugins.
 
@@ -102,7 +103,7 @@ def builtin_tools(
         [
             PythonRunner(timeout=python_timeout, memory_mb=python_memory_mb, sandbox=sandbox),
             MathTool(),
-            HttpGetTool(timeout=http_timeout, max_bytes=http_max_bytes),
+            HttpGetTool(timeout=http_timeout, max_bytes=http_max_bytes, allow=http_allow),
             echo_tool,
             sleep_tool,
         ]

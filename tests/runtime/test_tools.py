@@ -216,8 +216,17 @@ async def test_read_file_refuses(files: ReadFileTool, path: str, message: str) -
 # --- http_get ------------------------------------------------------------------------------
 
 
+LOCAL = ["127.0.0.1"]
+"""The test servers listen on loopback, which a model may not reach unless allowed."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path.startswith("/to/"):  # a redirect to the URL after /to/
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/to/"):])
+            self.end_headers()
+            return
         routes = {"/hello": (200, "héllo world".encode()), "/big": (200, b"y" * 100_000)}
         status, body = routes.get(self.path, (404, b"nothing here"))
         self.send_response(status)
@@ -247,16 +256,17 @@ def http_url() -> Iterator[str]:
 
 
 async def test_http_get_returns_status_and_body(http_url: str) -> None:
-    assert await HttpGetTool().run({"url": f"{http_url}/hello"}) == "HTTP 200 OK\n\nhéllo world"
+    out = await HttpGetTool(allow=LOCAL).run({"url": f"{http_url}/hello"})
+    assert out == "HTTP 200 OK\n\nhéllo world"
 
 
 async def test_http_get_returns_error_statuses_too(http_url: str) -> None:
-    out = await HttpGetTool().run({"url": f"{http_url}/nope"})
+    out = await HttpGetTool(allow=LOCAL).run({"url": f"{http_url}/nope"})
     assert out == "HTTP 404 Not Found\n\nnothing here"
 
 
 async def test_http_get_truncates_at_max_bytes(http_url: str) -> None:
-    out = await HttpGetTool(max_bytes=1000).run({"url": f"{http_url}/big"})
+    out = await HttpGetTool(max_bytes=1000, allow=LOCAL).run({"url": f"{http_url}/big"})
     assert out.startswith("HTTP 200 OK\n\n" + "y" * 1000 + "\n[truncated")
     assert "y" * 1001 not in out
 
@@ -267,7 +277,7 @@ async def test_http_get_times_out_on_a_server_that_never_answers() -> None:
         listener.listen()  # connections complete in the backlog, and nobody ever reads
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
         with anyio.fail_after(10), pytest.raises(ToolError, match=r"timed out after 0\.5 s"):
-            await HttpGetTool(timeout=0.5).run({"url": url})
+            await HttpGetTool(timeout=0.5, allow=LOCAL).run({"url": url})
 
 
 async def test_http_get_reports_a_refused_connection() -> None:
@@ -275,7 +285,7 @@ async def test_http_get_reports_a_refused_connection() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with pytest.raises(ToolError, match="failed: ConnectError"):
-        await HttpGetTool().run({"url": f"http://127.0.0.1:{port}/"})
+        await HttpGetTool(allow=LOCAL).run({"url": f"http://127.0.0.1:{port}/"})
 
 
 @pytest.mark.parametrize(
@@ -283,7 +293,26 @@ async def test_http_get_reports_a_refused_connection() -> None:
 )
 async def test_http_get_refuses_other_schemes(url: str) -> None:
     with pytest.raises(ToolError, match="only http:// and https://"):
-        await HttpGetTool().run({"url": url})
+        await HttpGetTool(allow=LOCAL).run({"url": url})
+
+
+@pytest.mark.parametrize("host", [
+    "127.0.0.1", "localhost", "10.1.2.3", "192.168.0.1", "169.254.169.254", "[::1]",
+    "[::ffff:127.0.0.1]", "0.0.0.0", "100.64.0.1", "[fd00::1]",
+])
+async def test_http_get_refuses_addresses_only_the_worker_should_reach(host: str) -> None:
+    with pytest.raises(ToolError, match=r"refused: .* add it to http_allow"):
+        await HttpGetTool(timeout=3).run({"url": f"http://{host}:9/"})
+
+
+async def test_http_get_checks_every_redirect(http_url: str) -> None:
+    """An allowed host that redirects to one that is not: refused at the redirect."""
+    port = http_url.rsplit(":", 1)[1]
+    hop = f"http://localhost:{port}/to/http://127.0.0.1:{port}/hello"
+    with pytest.raises(ToolError, match=r"127\.0\.0\.1 is 127\.0\.0\.1"):
+        await HttpGetTool(allow=["localhost"]).run({"url": hop})
+    out = await HttpGetTool(allow=["localhost", "127.0.0.1"]).run({"url": hop})
+    assert out == "HTTP 200 OK\n\nhéllo world"
 
 
 # --- echo, sleep, the decorator ------------------------------------------------------------
