@@ -2,6 +2,8 @@
 
 The path is resolved (``..`` and symlinks followed) before it is checked against the root,
 so neither ``../../etc/passwd``, an absolute path nor a symlink pointing out gets through.
+Kernel file systems (``/proc``, ``/sys``, ``/dev``) are refused even under a root that
+holds them: a process's environment and memory are not files to hand a model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import msgspec
 from runtime.errors import ToolError
 
 from ._base import StructTool
+
+KERNEL_FILES = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
 class ReadFileArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -53,6 +57,8 @@ class ReadFileTool(StructTool[ReadFileArgs]):
         target = (self.root / path).resolve()
         if not target.is_relative_to(self.root):
             raise ToolError(f"{path!r} is outside the readable directory; use a relative path")
+        if any(target.is_relative_to(kernel) for kernel in KERNEL_FILES):
+            raise ToolError(f"{path!r} is in {target.parts[1]!r}, a kernel file system")
         return target
 
     def _read(self, path: str) -> str:

@@ -213,6 +213,15 @@ async def test_read_file_refuses(files: ReadFileTool, path: str, message: str) -
         await files.run({"path": path})
 
 
+@pytest.mark.parametrize("path", ["proc/self/environ", "proc/1/cmdline", "sys/kernel/hostname",
+                                  "dev/zero"])
+async def test_read_file_refuses_kernel_files_even_under_a_root_that_holds_them(
+    path: str
+) -> None:
+    with pytest.raises(ToolError, match="a kernel file system"):
+        await ReadFileTool("/").run({"path": path})
+
+
 # --- http_get ------------------------------------------------------------------------------
 
 
