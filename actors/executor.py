@@ -55,7 +55,7 @@ class Executor(RoleActor):
             return
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
-                          task=delivery.stream_seq)
+                          task=delivery.stream_seq, inputs=task.inputs)
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         claim = await self.bus.publish_soon(  # stored before the result: same connection
             results, StepClaimed(run_id=task.run_id, step_id=task.step.id,

@@ -17,7 +17,8 @@ from runtime.tools import ToolRegistry
 PLANNER = """You are the planner of a team of specialised executors. You never do the work
 yourself: you write a plan as JSON Lines, one step object per line, nothing else.
 Each step: {"id": N, "role": ROLE, "title": SHORT, "depends_on": [ids],
- then EITHER "tool": NAME, "args": {...}  (runs the tool directly; "$N" in args is step N's output)
+ then EITHER "tool": NAME, "args": {...}  (runs the tool directly; "$N" in args is step N's output;
+   in a "code" argument $N is a Python str value: write it bare, text = $N, never in quotes)
  OR "instruction": TEXT (the role's model does it, seeing its dependencies' outputs),
  optionally "review": true (a critic checks it; use for code) and "success_criteria": TEXT}.
 Rules: ids are consecutive integers starting at the number you are given; a step may only

@@ -244,7 +244,7 @@ class Run:
     async def _send(self, step: Step, attempt: int, msg_id: str) -> None:
         if step.tool is not None:
             sent = msgspec.structs.replace(step, args=self.scheduler.resolve_args(step))
-            inputs: dict[int, str] = {}
+            inputs = self.scheduler.code_inputs(step)
         else:
             sent, inputs = step, self.scheduler.inputs_for(step)
         task = StepTask(run_id=self.run_id, goal=self.request.goal, step=sent, attempt=attempt,

@@ -16,6 +16,7 @@ from typing import Any
 from protocols.plan import Step
 
 from .errors import PlanValidationError, StepStateError
+from .tools.code_inputs import CODE_ARGS
 
 _REF = re.compile(r"\$(?:\{([1-9]\d*)\}|([1-9]\d*)(?!\d))")
 """``$N`` or ``${N}``; ``$1`` never matches inside ``$10``, ``${1}x`` works glued to text."""
@@ -238,11 +239,18 @@ class Scheduler:
     # -- what executors get --------------------------------------------------------------
 
     def resolve_args(self, step: Step) -> dict[str, Any]:
-        """The step's tool args with every ``$N`` / ``${N}`` replaced by step N's output."""
+        """The step's tool args with every ``$N`` / ``${N}`` replaced by step N's output,
+        except in program text (``CODE_ARGS``): the tool binds those as data."""
         missing = sorted(set(references(step.args)) - self._results.keys())
         if missing:
             raise StepStateError(f"step {step.id} refers to steps {missing}, not done yet")
-        return dict(_substitute(step.args, self._results))
+        return {key: value if key in CODE_ARGS else _substitute(value, self._results)
+                for key, value in step.args.items()}
+
+    def code_inputs(self, step: Step) -> dict[int, str]:
+        """The outputs a tool step's program text refers to: the tool binds them as data."""
+        code = {key: value for key, value in step.args.items() if key in CODE_ARGS}
+        return {n: self._results[n] for n in references(code)}
 
     def inputs_for(self, step: Step) -> dict[int, str]:
         """The outputs of the step's dependencies (the context of an agent step)."""

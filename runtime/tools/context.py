@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class StepContext:
     task: int = 0
     """The task's sequence in the work stream (two tasks may carry one attempt after a
     planner takeover; each is its own execution)."""
+    inputs: Mapping[int, str] = field(default_factory=dict)
+    """Outputs of the steps this one depends on (bound as data into program text)."""
 
     @property
     def key(self) -> str:

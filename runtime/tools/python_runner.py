@@ -12,8 +12,10 @@ run.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +32,8 @@ from anyio.abc import ByteReceiveStream
 from runtime.errors import ToolError
 
 from ._base import StructTool
+from .code_inputs import INPUTS_FILE, bind_inputs
+from .context import current_step
 from .sandbox import NOBODY, SANDBOXES, WORKDIR, find_bwrap, sandboxed
 
 # Runs first in the child: set the limits, then replace itself with a clean interpreter.
@@ -44,6 +48,7 @@ resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 os.execv(sys.executable, [sys.executable, "-I", "-X", "utf8", "main.py"])
 """
 MB = 1024 * 1024
+_MAIN_LINE = re.compile(r'File "main\.py", line (\d+)')
 
 
 class PythonArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -129,9 +134,14 @@ class PythonRunner(StructTool[PythonArgs]):
             raise ToolError("the python tool runs code only inside bubblewrap, which is not "
                             "installed here: install it (apt install bubblewrap), or set "
                             'sandbox = "none" in the team file to run code unsandboxed')
+        step = current_step.get()  # a step's program: its $N are that step's inputs
+        code, inputs = bind_inputs(args.code, step.inputs) if step else (args.code, {})
         workdir = Path(await anyio.to_thread.run_sync(_make_workdir))
         try:
-            await anyio.Path(workdir / "main.py").write_text(args.code, encoding="utf-8")
+            await anyio.Path(workdir / "main.py").write_text(code, encoding="utf-8")
+            if inputs:
+                await anyio.Path(workdir / INPUTS_FILE).write_text(
+                    json.dumps({str(n): text for n, text in inputs.items()}), encoding="utf-8")
             if bwrap is not None and os.geteuid() == 0:  # the program runs as nobody
                 await anyio.to_thread.run_sync(_give_to_nobody, workdir)
             returncode, stdout, stderr = await self._run(workdir, timeout, bwrap)
@@ -141,6 +151,8 @@ class PythonRunner(StructTool[PythonArgs]):
         # Tracebacks name "main.py", not a temporary directory that no longer exists.
         errors = stderr.text("stderr").replace(f"{workdir}{os.sep}", "") \
             .replace(f"{WORKDIR}/", "")
+        if inputs:  # line numbers as the program was written, before its INPUTS line
+            errors = _MAIN_LINE.sub(lambda m: f'File "main.py", line {int(m[1]) - 1}', errors)
         if returncode is None:
             raise ToolError(_failure(f"timed out after {timeout:g} s and was killed", errors))
         if returncode != 0:
@@ -190,7 +202,7 @@ def _make_workdir() -> str:
 
 
 def _give_to_nobody(workdir: Path) -> None:
-    for path in (workdir, workdir / "main.py"):
+    for path in (workdir, *workdir.iterdir()):
         os.chown(path, NOBODY, NOBODY)
 
 

@@ -14,8 +14,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from runtime.errors import ToolError
+from runtime.errors import ToolArgumentsError, ToolError
 from runtime.tools import PythonRunner
+from runtime.tools.context import StepContext, current_step
 
 pytestmark = pytest.mark.anyio
 
@@ -159,3 +160,23 @@ async def test_without_bubblewrap_it_refuses_unless_the_team_says_none(
     with pytest.raises(ToolError, match=r"bubblewrap.*sandbox = \"none\""):
         await PythonRunner().run({"code": "print(1)"})
     assert await PythonRunner(sandbox="none").run({"code": "print(1)"}) == "1\n"
+
+
+async def test_step_outputs_are_bound_as_data_never_spliced_into_the_program() -> None:
+    hostile = '"""\nimport os; print("INJECTED")\n"""'  # closes any string it lands in
+    step = StepContext("r", 3, 1, 1, "calc/x", inputs={1: hostile, 2: "2"})
+    token = current_step.set(step)
+    try:
+        runner = PythonRunner()
+        code = "text = $1\nprint(len(text), int(${2}) + 1)  # $1 here stays a comment\n"
+        assert await runner.run({"code": code}) == f"{len(hostile)} 3\n"
+        assert await runner.run({"code": 'print("$2" == $2)'}) == "True\n"
+        for spliced in ('print("costs: $1")', "print(f'{$1}x')", 'x = """$1 and more"""'):
+            with pytest.raises(ToolArgumentsError, match="inside a longer string"):
+                await runner.run({"code": spliced})
+        with pytest.raises(ToolArgumentsError, match=r"steps \[7\]"):
+            await runner.run({"code": "print($7)"})
+        with pytest.raises(ToolError, match='line 2'):  # as written, before the bound inputs
+            await runner.run({"code": "x = $2\nraise ValueError(x)"})
+    finally:
+        current_step.reset(token)
