@@ -77,9 +77,9 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     """Seconds the executor may spend on this attempt once started (0 = no limit); the planner
     fails the attempt soon after, whether or not the executor answers."""
     inputs: dict[int, str] = {}
-    """Outputs of the steps this one depends on, by step id (``$N`` already substituted)."""
-    input_refs: dict[int, ObjectRef] = {}
-    """Dependency outputs too large for a message, by step id."""
+    """Outputs of the steps this one depends on, by step id: for an agent step, all its
+    dependencies; for a tool step, those its ``code`` argument refers to (other arguments
+    arrive with ``$N`` substituted). A task too large for a message is offloaded whole."""
     feedback: str = ""
     """The critic's critique of the previous attempt, when it was rejected."""
     nonce: str = ""
