@@ -98,7 +98,7 @@ def _actor(n: Names, role: str, stream: str, consumer: str) -> list[str]:
     large payloads; the stream information provisioning checks; its own consumer."""
     p = n.prefix
     return [f"{p}.heartbeat.{role}.*", f"{p}.error.{role}", f"{p}.dead.{role}",
-            f"{p}.result.*.{role}", f"$O.{objects_bucket(p)}.>",
+            f"{p}.result.*.{role}", f"$O.{objects_bucket(p)}.>", "$JS.API.INFO",
             *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_reads(n.objects),
             *_consumer(stream, consumer)]
 

@@ -8,29 +8,23 @@ writes to the run state, events published ahead of the planner, deleting streams
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import nats
 import pytest
 
 from protocols import RunFinished, RunRequest, Stream, runs_bucket, stream_name
-from runtime.auth import CONF_FILE, write_auth
 from runtime.client import follow, submit
 from runtime.connection import NatsUnreachable, open_bus
-from runtime.embedded import NatsServerProcess
 from runtime.process import open_deployment
-from runtime.provision import provision_consumers
 from runtime.settings import Settings
 from runtime.team import TeamConfig
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from ..actors.harness import echo, finish, make_team
+from ..secured import Secured, secured_server
 
 pytestmark = pytest.mark.anyio
 
@@ -38,48 +32,16 @@ ROLES = {"critic": {"kind": "critic", "model": "scripted"},
          "supervisor": {"kind": "supervisor"}}
 
 
-@dataclass
-class Secured:
-    server: NatsServerProcess
-    team: TeamConfig
-    creds: Path
-    prefix: str
-
-    def settings(self, user: str) -> Settings:
-        return Settings(nats_url=self.server.url, prefix=self.prefix,
-                        creds=self.creds / f"{user}.creds", connect_timeout=3)
-
-    async def connect(self, user: str, errors: list[str], seen: anyio.Event) -> nats.NATS:
-        async def on_error(exc: Exception) -> None:
-            errors.append(str(exc).lower())
-            seen.set()
-
-        creds = tomllib.loads((self.creds / f"{user}.creds").read_text())
-        return await nats.connect(self.server.url, user=creds["user"],
-                                  password=creds["password"], error_cb=on_error,
-                                  inbox_prefix=f"_INBOX_{user}", max_reconnect_attempts=0)
-
-
 @pytest.fixture
 async def secured(tmp_path: Path, prefix: str) -> AsyncIterator[Secured]:
     async with open_scripted_model_server(Scenario(rules=[
             Rule(role="planner", lines=[echo(1, "hello")]), finish("done")])) as model:
-        team = make_team(model.base_url, ROLES)
-        write_auth(tmp_path / "auth", prefix, team)
-        conf = (tmp_path / "auth" / CONF_FILE).read_text()
-        with NatsServerProcess(tmp_path / "nats", extra_config=[conf]) as server:
-            secured = Secured(server, team, tmp_path / "auth", prefix)
-            async with open_bus(secured.settings("admin")) as admin:
-                await provision_consumers(admin.js, team, admin.settings)
-            yield secured
+        async with secured_server(tmp_path, prefix, make_team(model.base_url, ROLES)) as s:
+            yield s
 
 
 async def test_the_pipeline_runs_with_one_user_per_role(secured: Secured) -> None:
-    async with AsyncExitStack() as stack:
-        for role in secured.team.roles:
-            await stack.enter_async_context(open_deployment(
-                secured.settings(role), secured.team, builtin_tools(plugins=False),
-                roles=[role]))
+    async with secured.serving(list(secured.team.roles)):
         async with open_bus(secured.settings("client")) as client:
             accepted = await submit(client, RunRequest(goal="hi"))
             with anyio.fail_after(60):
