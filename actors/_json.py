@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocols.codec import UNREADABLE
+
 
 class VerdictAnswer(msgspec.Struct):
     """What the critic's model answers."""
@@ -49,7 +51,7 @@ def find_json_object(text: str) -> dict[str, Any] | None:
             while end > start:
                 try:
                     value = msgspec.json.decode(candidate[start:end + 1])
-                except msgspec.DecodeError:
+                except UNREADABLE:
                     end = candidate.rfind("}", start, end)
                     continue
                 if isinstance(value, dict):

@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import anyio
-import msgspec
 from anyio.abc import TaskStatus
 from nats.js.errors import NotFoundError
 
 from protocols import Heartbeat, Stream, Verb, decode, stream_name, subject
+from protocols.codec import UNREADABLE
 from runtime.bus import Bus
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Liveness:
             async for msg in sub.messages:
                 try:
                     self.heard(decode(msg.data, Heartbeat))
-                except msgspec.DecodeError as exc:
+                except UNREADABLE as exc:
                     log.debug("ignoring a bad heartbeat on %s: %s", msg.subject, exc)
         finally:
             with anyio.CancelScope(shield=True):

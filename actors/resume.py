@@ -43,6 +43,7 @@ from protocols import (
     decoder_for,
     stream_name,
 )
+from protocols.codec import UNREADABLE
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
 from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
@@ -99,7 +100,7 @@ async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, i
         seq = int(raw.seq or seq) + 1
         try:
             event = decoder.decode(await bus.resolve(raw.data or b""))
-        except msgspec.DecodeError as exc:
+        except UNREADABLE as exc:
             log.warning("run %s: an event at %d is unreadable (%s); skipped", run_id, raw.seq,
                         exc)
             continue

@@ -15,6 +15,7 @@ import anyio
 import msgspec
 
 from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
+from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
 
@@ -158,7 +159,7 @@ def _parse_step(number: int, line: str) -> Step | None:
         return None
     try:
         return msgspec.json.decode(text, type=Step)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except UNREADABLE as exc:
         raise PlanValidationError(
             f"plan line {number} is not a valid step ({exc}): {text[:200]!r}. Write one JSON "
             "object per line with id, role, and either tool+args or instruction.") from exc

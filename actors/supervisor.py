@@ -69,8 +69,10 @@ class SupervisorActor(RoleActor):
             tg.cancel_scope.cancel()
 
     async def refuse(self, delivery: Delivery, reason: str) -> None:
-        """Dead letters that are not work (garbage kept for inspection) need nothing more."""
-        log.debug("dead letter on %s is not work: %s", delivery.subject, reason)
+        """Dead letters that are not work (garbage kept for inspection) need nothing more:
+        never delivered again (they stay in the stream for inspection)."""
+        log.debug("dead letter on %s is not work: %s", delivery.subject, reason[:200])
+        await delivery.term()
 
     @on(*WORK_TYPES)
     async def dead_work(self, task: Message, delivery: Delivery) -> None:

@@ -23,6 +23,11 @@ def decoder_for(message_type: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(message_type)
 
 
+UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+"""What decoding input from outside can raise: not JSON, not the schema, invalid UTF-8,
+nested deeper than msgspec follows (it stops before any stack is at risk)."""
+
+
 def decode(data: bytes | str, message_type: Any) -> Any:
     """Decode JSON into ``message_type``; raises ``msgspec.ValidationError`` or ``DecodeError``."""
     return decoder_for(message_type).decode(data)

@@ -33,6 +33,7 @@ from protocols import (
     decoder_for,
     validate_token,
 )
+from protocols.codec import UNREADABLE
 
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
@@ -285,16 +286,18 @@ class Actor:
             if offloaded(delivery.data) is not None:
                 return await self._decode_offloaded(delivery, decoder)
             return f"invalid message ({tag_of(delivery.data)}): {exc}"
-        except msgspec.DecodeError as exc:
-            return f"malformed message, not valid JSON: {exc}"
+        except UNREADABLE as exc:
+            # Nesting is bounded by msgspec itself (RecursionError), before any stack
+            # is at risk; invalid UTF-8 in a string is a UnicodeDecodeError.
+            return f"malformed message, not valid JSON: {type(exc).__name__}: {exc}"[:500]
 
     async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
         """A message too large to send came by reference: fetch it from the object store."""
         try:
             message: Message = decoder.decode(await self.bus.resolve(delivery.data))
             return message
-        except msgspec.MsgspecError as exc:
-            return f"invalid offloaded message: {exc}"
+        except UNREADABLE as exc:
+            return f"invalid offloaded message: {exc}"[:500]
         except Exception as exc:
             return f"offloaded message could not be fetched: {type(exc).__name__}: {exc}"
 

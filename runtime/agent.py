@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from protocols import Usage
+from protocols.codec import UNREADABLE
 
 from .errors import PlancastError
 from .llm import ChatMessage, ModelClient
@@ -91,7 +92,7 @@ async def _call_tool(tools: ToolRegistry, name: str, arguments: str) -> tuple[st
         if not isinstance(args, dict):
             return "error: tool arguments must be a JSON object", False
         return await tools.run(name, args), True
-    except msgspec.DecodeError as exc:
+    except UNREADABLE as exc:
         return f"error: arguments are not valid JSON: {exc}", False
     except PlancastError as exc:
         return f"error: {exc}", False

@@ -23,6 +23,7 @@ from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableEr
 from nats.nuid import NUID
 
 from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
+from protocols.codec import UNREADABLE
 
 from .settings import Settings
 
@@ -37,7 +38,7 @@ def offloaded(data: bytes) -> Offloaded | None:
     """The envelope ``data`` is, if it stands in for a message sent by reference."""
     try:
         envelope: Offloaded = decode(data, Offloaded)
-    except msgspec.MsgspecError:
+    except UNREADABLE:
         return None
     return envelope
 

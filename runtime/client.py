@@ -37,6 +37,7 @@ from protocols import (
     new_run_id,
     stream_name,
 )
+from protocols.codec import UNREADABLE
 
 from .bus import TRANSIENT, Bus
 from .errors import PlancastError
@@ -238,7 +239,12 @@ async def follow(
                 msg = await reader.next(wait)
                 if msg is None:
                     continue
-                data = await bus.resolve(msg.data)
+                try:
+                    data = await bus.resolve(msg.data)
+                except ValueError as exc:  # a reference refused, or not matching its digest
+                    log.warning("run %s: skipping an event that cannot be fetched (%s)",
+                                run_id, exc)
+                    data = b""  # skipped below, like any event that does not decode
             except ConnectionClosedError:
                 raise
             except Exception as exc:
@@ -274,10 +280,10 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, run_id: str,
     try:
         event: RunEvent = decoder.decode(data)
         return event.seq, event
-    except msgspec.MsgspecError as exc:
+    except UNREADABLE as exc:
         try:
             peek = msgspec.json.decode(data, type=_Peek)
-        except msgspec.MsgspecError:
+        except UNREADABLE:
             peek = _Peek()
         if peek.type and peek.type not in _KNOWN_TYPES:
             log.debug("run %s: skipping event %d of unknown type %r", run_id, peek.seq, peek.type)

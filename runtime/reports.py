@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from protocols import Message, ReviewTask, StepTask, SynthesisTask, WorkError
+from protocols.codec import UNREADABLE
 
 
 def work_error(message: Message, *, actor: str, delivery: int, error: str,
@@ -36,7 +37,7 @@ def traceback_tail(exc: Exception) -> str:
 def tag_of(data: bytes) -> str:
     try:
         obj = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except UNREADABLE:
         return "not JSON"
     if isinstance(obj, dict):
         return f"type {obj.get('type')!r}"

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from protocols import Heartbeat, RunRecord, StepRecord, Verb, decode, runs_bucket, subject
+from protocols.codec import UNREADABLE
 
 from .bus import Bus
 from .kv import current_values
@@ -99,7 +100,7 @@ async def collect_actors(bus: Bus, wait: float) -> list[ActorStatus]:
             async for msg in sub.messages:
                 try:
                     beat: Heartbeat = decode(msg.data, Heartbeat)
-                except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+                except UNREADABLE as exc:  # ValidationError is a DecodeError
                     log.debug("ignoring a bad heartbeat on %s: %s", msg.subject, exc)
                     continue
                 latest[beat.role, beat.instance] = (beat, time.monotonic())
@@ -131,7 +132,7 @@ async def collect_runs(bus: Bus, *, now: float | None = None) -> list[RunStatus]
     for key, entry in headers.items():
         try:
             records.append(decode(entry.value, RunRecord))
-        except msgspec.DecodeError as exc:
+        except UNREADABLE as exc:
             log.warning("ignoring unreadable run state %s: %s", key, exc)
     active = [r for r in records if r.status == "active"]
     done: dict[str, set[int]] = {r.run_id: set() for r in active}
