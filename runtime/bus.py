@@ -67,6 +67,9 @@ WRONG_LAST_SEQUENCE = 10071
 FENCE_BUSY = 10164
 """A replicated stream admits one write at a time expecting a given subject's sequence;
 the others in flight get this ("wrong last sequence", no number): retry, not a fence."""
+ID_IN_PROCESS = 10158
+"""A replicated stream is still storing an earlier publish with the same ``Nats-Msg-Id``
+(our own retry after a lost answer): try again, and the answer is that one's."""
 EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
@@ -228,7 +231,8 @@ class Bus:
                     raise Fenced(f"{subj}: {exc.description}") from exc
                 if getattr(exc, "err_code", None) == FENCE_BUSY:
                     self.fence_busy()
-                elif not isinstance(exc, TRANSIENT):
+                elif not isinstance(exc, TRANSIENT) \
+                        and getattr(exc, "err_code", None) != ID_IN_PROCESS:
                     raise
                 if not retry or anyio.current_time() + delay > deadline:
                     raise
