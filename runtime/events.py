@@ -7,7 +7,6 @@ the run (paused, partitioned) can no longer add events once another one took it 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Hashable
@@ -30,7 +29,7 @@ from protocols import (
     nonce,
 )
 
-from .bus import TRANSIENT, Bus, Unsettled, fence_headers
+from .bus import Bus, Fenced, Unsettled, fence_headers
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +114,15 @@ class EventLog:
                 # The server takes fenced events one at a time: store this one now. If it
                 # cannot be, it stays pending: flush tries again, and no state is saved
                 # before it is stored (the change it tells of is already made in memory).
-                with contextlib.suppress(*TRANSIENT):
+                # Only a fence may stop the caller here: it emits, then changes what the
+                # event tells of, and must not be cut off in between.
+                try:
                     await self.bus.settle([sent])
+                except Fenced:
+                    raise
+                except Exception as exc:
+                    log.info("run %s: event %d not stored yet (%s); it is stored with the "
+                             "next flush", self.run_id, stamped.seq, exc)
             self.closed = isinstance(event, TERMINAL_EVENTS)
         return stamped
 
