@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ import anyio
 import msgspec
 import typer
 from rich.console import Console
+from rich.highlighter import NullHighlighter
 from rich.live import Live
 from rich.logging import RichHandler
 from rich.markup import escape
@@ -84,11 +86,30 @@ def build_settings(nats: str | None, creds: Path | None, prefix: str | None,
     return Settings(**overrides)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class _Printable(logging.Filter):
+    """Control characters from outside (a terminal escape in a refused message) are shown
+    escaped, never sent to the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if _CONTROL.search(message):
+            record.msg, record.args = _CONTROL.sub(lambda m: repr(m[0])[1:-1], message), ()
+        return True
+
+
 def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False,
+                          highlighter=NullHighlighter(), markup=False)
+    handler.addFilter(_Printable())
     logging.basicConfig(
         level=logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO),
         format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
+        # Log lines carry text from outside (subjects, refusal reasons): printed as it is,
+        # never highlighted or read as markup.
+        handlers=[handler],
     )
     if not verbose:
         logging.getLogger("nats").setLevel(logging.WARNING)

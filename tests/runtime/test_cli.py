@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import anyio
@@ -242,3 +243,12 @@ def test_a_role_of_a_broken_plugin_is_skipped_with_a_clear_error(
     installed = str(err.value).rpartition("installed: ")[2].split(", ")
     assert {"critic", "executor", "planner", "synthesizer"} <= set(installed)
     assert "explodes" not in installed and "ghost" not in installed
+
+
+def test_log_lines_never_send_control_characters_to_the_terminal() -> None:
+    from runtime.cli import _Printable
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "refused %s", (
+        "\x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]",), None)
+    assert _Printable().filter(record)
+    assert record.getMessage() == r"refused \x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]"
