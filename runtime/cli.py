@@ -9,12 +9,14 @@ import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import msgspec
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.highlighter import NullHighlighter
 from rich.live import Live
@@ -46,6 +48,20 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        console.print(f"plancast {package_version('plancast')}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """plancast: planner-executor LLM agent teams over NATS."""
 
 NatsOpt = Annotated[
     str | None,
@@ -83,7 +99,13 @@ def build_settings(nats: str | None, creds: Path | None, prefix: str | None,
         overrides["prefix"] = prefix
     if connect_timeout is not None:
         overrides["connect_timeout"] = connect_timeout
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:  # a flag, the environment or .env: one line each
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "settings"
+            print_error(f"invalid {where}: {error['msg'].removeprefix('Value error, ')}")
+        raise typer.Exit(2) from None
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -252,3 +252,14 @@ def test_log_lines_never_send_control_characters_to_the_terminal() -> None:
         "\x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]",), None)
     assert _Printable().filter(record)
     assert record.getMessage() == r"refused \x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]"
+
+
+@pytest.mark.anyio
+async def test_version_and_a_bad_setting_are_one_line_each(tmp_path: Path) -> None:
+    version = await plancast("--version", cwd=tmp_path, env=clean_env())
+    assert version.returncode == 0 and version.stdout.decode().startswith("plancast 0.")
+    bad = await plancast("run", "--prefix", "bad prefix", "goal", cwd=tmp_path,
+                         env=clean_env(PLANCAST_DATA_DIR=str(tmp_path)))
+    lines = bad.stderr.decode().strip().splitlines()
+    assert bad.returncode == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: invalid prefix: prefix part 'bad prefix'")
