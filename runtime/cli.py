@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import anyio
 import msgspec
 import typer
+from dotenv import load_dotenv
 from pydantic import ValidationError
 from rich.console import Console
 from rich.highlighter import NullHighlighter
@@ -26,6 +27,7 @@ from rich.table import Table
 
 from protocols import RunFinished, RunRequest, encode, json_schema
 
+from . import preflight
 from .bus import Bus
 from .client import follow, submit
 from .connection import open_bus
@@ -89,7 +91,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print events as NDJSON.")
 
 def build_settings(nats: str | None, creds: Path | None, prefix: str | None,
                    connect_timeout: float | None = None) -> Settings:
-    """Settings from the environment and ``.env``, with command-line flags on top."""
+    """Settings from the environment and ``.env``, with command-line flags on top. The
+    ``.env`` file also fills the environment (without overriding it), so the model keys it
+    holds (``OPENAI_API_KEY`` ...) are found as the README says."""
+    load_dotenv(".env", override=False)
     overrides: dict[str, Any] = {}
     if nats:
         overrides["nats_url"] = nats
@@ -289,6 +294,7 @@ def run(
                 return await _run_and_show(bus, request, as_json)
         team_config = _team(team)
         tools = team_tools(team_config)
+        preflight.check(team_config, tools)
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
@@ -370,6 +376,7 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
     async def main() -> int:
         team_config = _team(team)
         tools = team_tools(team_config)
+        preflight.check(team_config, tools, roles)
         async with open_bus(settings) as bus:
             actors = build_team_actors(bus, team_config, tools, roles)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)

@@ -186,8 +186,13 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
         raise TeamConfigError(f"{source}: no roles; add at least a [roles.<name>] table")
     try:
         return TeamConfig(roles=roles, **data)
-    except ValidationError as exc:
-        raise TeamConfigError(f"{source}: {exc}") from exc
+    except ValidationError as exc:  # one line per mistake, without pydantic's decoration
+        lines = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            lines.append(f"{source}: {where + ': ' if where else ''}"
+                         f"{error['msg'].removeprefix('Value error, ')}")
+        raise TeamConfigError("\n".join(lines)) from exc
 
 
 def load_team(path: Path) -> TeamConfig:

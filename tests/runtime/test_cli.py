@@ -263,3 +263,38 @@ async def test_version_and_a_bad_setting_are_one_line_each(tmp_path: Path) -> No
     lines = bad.stderr.decode().strip().splitlines()
     assert bad.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith("error: invalid prefix: prefix part 'bad prefix'")
+
+
+PREFLIGHT_TEAM = """
+[models.m]
+model = "gpt-4.1-mini"
+[roles.planner]
+kind = "planner"
+model = "m"
+[roles.coder]
+model = "m"
+tools = ["pyhton", "read_file"]
+[roles.odd]
+kind = "nonexistent"
+tool_steps_only = true
+"""
+
+
+@pytest.mark.anyio
+async def test_every_problem_of_the_team_is_said_at_once_before_anything_starts(
+    tmp_path: Path
+) -> None:
+    (tmp_path / "plancast.toml").write_text(PREFLIGHT_TEAM)
+    env = clean_env(PLANCAST_DATA_DIR=str(tmp_path))
+    result = await plancast("up", "--nats", "nats://127.0.0.1:1", cwd=tmp_path, env=env)
+    said = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in said
+    assert said.count("no API key") == 2  # planner and coder
+    assert "tool 'pyhton'" in said and "read_file needs files_root" in said
+    assert "kind 'nonexistent'" in said
+    # The key in .env is found, as the README says: only the other problems remain.
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")
+    result = await plancast("worker", "--role", "planner", "--nats", "nats://127.0.0.1:1",
+                            "--connect-timeout", "1", cwd=tmp_path, env=env)
+    said = result.stderr.decode()
+    assert result.returncode == 2 and "no API key" not in said and "127.0.0.1:1" in said
