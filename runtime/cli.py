@@ -5,30 +5,31 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import msgspec
 import typer
-from dotenv import load_dotenv
-from pydantic import ValidationError
-from rich.console import Console
-from rich.highlighter import NullHighlighter
 from rich.live import Live
-from rich.logging import RichHandler
-from rich.markup import escape
 from rich.table import Table
 
 from protocols import RunFinished, RunRequest, encode, json_schema
 
 from . import preflight
 from .bus import Bus
+from .cli_setup import (
+    build_settings,
+    console,
+    err_console,
+    local_deployment,
+    print_error,
+    setup_logging,
+)
 from .client import follow, submit
 from .connection import open_bus
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
@@ -48,8 +49,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
 
 
 def _version(asked: bool) -> None:
@@ -87,60 +86,6 @@ TeamOpt = Annotated[
                  help="Team file (TOML): roles, prompts, models, tools. Default: ./plancast.toml"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print events as NDJSON.")]
-
-
-def build_settings(nats: str | None, creds: Path | None, prefix: str | None,
-                   connect_timeout: float | None = None) -> Settings:
-    """Settings from the environment and ``.env``, with command-line flags on top. The
-    ``.env`` file also fills the environment (without overriding it), so the model keys it
-    holds (``OPENAI_API_KEY`` ...) are found as the README says."""
-    load_dotenv(".env", override=False)
-    overrides: dict[str, Any] = {}
-    if nats:
-        overrides["nats_url"] = nats
-    if creds:
-        overrides["creds"] = creds
-    if prefix:
-        overrides["prefix"] = prefix
-    if connect_timeout is not None:
-        overrides["connect_timeout"] = connect_timeout
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:  # a flag, the environment or .env: one line each
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "settings"
-            print_error(f"invalid {where}: {error['msg'].removeprefix('Value error, ')}")
-        raise typer.Exit(2) from None
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-class _Printable(logging.Filter):
-    """Control characters from outside (a terminal escape in a refused message) are shown
-    escaped, never sent to the terminal."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if _CONTROL.search(message):
-            record.msg, record.args = _CONTROL.sub(lambda m: repr(m[0])[1:-1], message), ()
-        return True
-
-
-def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
-    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False,
-                          highlighter=NullHighlighter(), markup=False)
-    handler.addFilter(_Printable())
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO),
-        format="%(message)s",
-        # Log lines carry text from outside (subjects, refusal reasons): printed as it is,
-        # never highlighted or read as markup.
-        handlers=[handler],
-    )
-    if not verbose:
-        logging.getLogger("nats").setLevel(logging.WARNING)
-        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @app.command()
@@ -191,11 +136,6 @@ def _expected(exc: BaseException) -> BaseException | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, PlancastError | ConnectionError) else None
-
-
-def print_error(message: str) -> None:
-    """One line on stderr, never wrapped (the message is not markup)."""
-    err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> None:
@@ -285,7 +225,7 @@ def run(
 ) -> None:
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
     setup_logging(verbose, quiet=True)
-    settings = build_settings(nats, creds, prefix, connect_timeout)
+    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
     request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
 
     async def main() -> int:
@@ -352,10 +292,10 @@ def status_command(
 ) -> None:
     """Show the live actors (from their heartbeats) and the active runs of a deployment."""
     setup_logging(verbose, quiet=True)
-    settings = build_settings(nats, creds, prefix, connect_timeout)
+    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
     if not settings.nats_url:
         print_error("plancast status needs a running deployment: pass --nats URL or set "
-                    "NATS_URL (an embedded server started here would be empty)")
+                    "NATS_URL, or start one here with `plancast up`")
         raise typer.Exit(2)
     window = HEARTBEAT_WINDOWS * settings.heartbeat_interval if wait is None else wait
 
@@ -373,6 +313,12 @@ def status_command(
 
 def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
            verbose: bool) -> None:
+    settings = local_deployment(settings)
+    if not settings.nats_url and roles:  # a worker alone on a server nobody else can reach
+        err_console.print("no --nats and no local deployment (plancast up): starting a "
+                          "private server that only this process uses", markup=False,
+                          highlight=False)
+
     async def main() -> int:
         team_config = _team(team)
         tools = team_tools(team_config)

@@ -19,11 +19,8 @@ from .cli import (
     _run_async,
     _team,
     app,
-    build_settings,
-    console,
-    print_error,
-    setup_logging,
 )
+from .cli_setup import build_settings, console, print_error, setup_logging
 from .connection import open_bus
 from .errors import PlancastError
 from .provision import provision_consumers

@@ -28,6 +28,7 @@ from .auth import read_creds
 from .bus import Bus
 from .embedded import open_embedded_server
 from .errors import PlancastError
+from .local import holding, running
 from .provision import Retry, check_provisioned, provision
 from .settings import Settings
 
@@ -183,14 +184,18 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
 
 @asynccontextmanager
 async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
-    """Connect (starting an embedded server if no URL is set), provision, yield, close."""
+    """Connect (to the local deployment, or starting an embedded server, if no URL is
+    set), provision, yield, close."""
     async with AsyncExitStack() as stack:
         url = settings.nats_url
-        if url is None:
-            server = await stack.enter_async_context(
-                open_embedded_server(settings.data_dir / "nats")
-            )
+        store = settings.data_dir / "nats"
+        if url is None and (url := running(store)) is not None:
+            log.info("joining the local deployment at %s (its server runs on %s)", url, store)
+        elif url is None:
+            url_file = stack.enter_context(holding(store))
+            server = await stack.enter_async_context(open_embedded_server(store))
             url = server.url
+            url_file.write_text(url)
             log.info("started embedded nats-server at %s", url)
         watch = _Watch(url)
         nc = await connect(url, settings, watch)

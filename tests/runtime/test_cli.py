@@ -21,7 +21,7 @@ from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from ..actors.harness import echo, finish, make_team, plan_line
-from ..subprocesses import clean_env, events_of, plancast, stderr_tail
+from ..subprocesses import PLANCAST, clean_env, events_of, plancast, stderr_tail
 
 GOOD = [echo(1, "hello"), echo(2, "$1, world")]
 RULES = [
@@ -246,7 +246,7 @@ def test_a_role_of_a_broken_plugin_is_skipped_with_a_clear_error(
 
 
 def test_log_lines_never_send_control_characters_to_the_terminal() -> None:
-    from runtime.cli import _Printable
+    from runtime.cli_setup import _Printable
 
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "refused %s", (
         "\x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]",), None)
@@ -298,3 +298,44 @@ async def test_every_problem_of_the_team_is_said_at_once_before_anything_starts(
                             "--connect-timeout", "1", cwd=tmp_path, env=env)
     said = result.stderr.decode()
     assert result.returncode == 2 and "no API key" not in said and "127.0.0.1:1" in said
+
+
+@pytest.mark.anyio
+async def test_run_without_nats_joins_the_deployment_up_runs_here(tmp_path: Path) -> None:
+    """``plancast up`` then ``plancast run`` (neither with --nats): the goal runs on the
+    ``up`` deployment's workers, not on a second server over the same store."""
+    rules = [Rule(role="planner", lines=[echo(1, "from up")]), finish("joined")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        (tmp_path / "plancast.toml").write_text(f"""
+[models.scripted]
+model = "scripted-model"
+base_url = "{model.base_url}"
+[roles.planner]
+kind = "planner"
+model = "scripted"
+[roles.worker]
+tools = ["echo"]
+tool_steps_only = true
+[roles.synthesizer]
+kind = "synthesizer"
+model = "scripted"
+""")
+        env = clean_env(PLANCAST_DATA_DIR=str(tmp_path / "data"))
+        up = await anyio.open_process([PLANCAST, "up"], cwd=tmp_path, env=env)
+        try:
+            url_file = tmp_path / "data" / "nats" / "deployment.url"
+            with anyio.fail_after(60):
+                while not url_file.exists():  # noqa: ASYNC110 - another process: no event
+                    await anyio.sleep(0.1)
+            elsewhere = tmp_path / "elsewhere"  # no team file here: run cannot start one
+            elsewhere.mkdir()
+            result = await plancast("run", "--json", "hello", cwd=elsewhere, env=env)
+        finally:
+            up.terminate()
+            with anyio.fail_after(30):
+                await up.wait()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert "using the local deployment at nats://" in result.stderr.decode()
+    assert not url_file.exists(), "up removes its URL when it stops"
+    events = events_of(result)
+    assert isinstance(events[-1], RunFinished) and events[-1].answer == "joined"

@@ -213,3 +213,16 @@ async def test_cluster_keeps_r3_stream_when_its_leader_dies(
         assert new_leader is not None and new_leader.leader != victim.server_name
     finally:
         await nc.close()
+
+
+def test_a_store_held_by_one_embedded_server_is_found_and_never_shared(tmp_path: Path) -> None:
+    from runtime.local import StoreInUse, holding, running
+
+    store = tmp_path / "nats"
+    assert running(store) is None
+    with holding(store) as url_file:
+        url_file.write_text("nats://127.0.0.1:4999")
+        assert running(store) == "nats://127.0.0.1:4999"
+        with pytest.raises(StoreInUse, match="PLANCAST_DATA_DIR"), holding(store):
+            pass
+    assert running(store) is None and not url_file.exists()
