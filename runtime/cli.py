@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -148,6 +149,8 @@ def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> 
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:
+        if isinstance(_expected(exc), BrokenPipeError):  # `| head`: the reader has gone
+            _reader_gone()
         if (expected := _expected(exc)) is not None:
             if verbose:
                 logging.getLogger("plancast").debug("the error, in full:", exc_info=exc)
@@ -188,7 +191,8 @@ def demo(
     goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
     = DEMO_GOAL,
     as_json: JsonOpt = False,
-    time_scale: Annotated[float, typer.Option(help="Multiply the scripted latencies.")] = 1.0,
+    time_scale: Annotated[float, typer.Option(min=0.0,
+                                              help="Multiply the scripted latencies.")] = 1.0,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress."""
@@ -334,8 +338,17 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
     _run_async(main, verbose=verbose)
 
 
+def _reader_gone() -> None:
+    """Whoever read our output stopped (``plancast run --json … | head -1``): end quietly."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+    raise SystemExit(0)
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except BrokenPipeError:
+        _reader_gone()
 
 
 from . import cli_auth  # noqa: E402, F401  (registers ``auth`` and ``provision``)

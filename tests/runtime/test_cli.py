@@ -339,3 +339,18 @@ model = "scripted"
     assert not url_file.exists(), "up removes its URL when it stops"
     events = events_of(result)
     assert isinstance(events[-1], RunFinished) and events[-1].answer == "joined"
+
+
+@pytest.mark.anyio
+async def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``plancast demo --json | head -1``: exit 0, nothing on stderr."""
+    process = await anyio.open_process([PLANCAST, "demo", "--json"], cwd=tmp_path,
+                                       env=clean_env())
+    assert process.stdout is not None and process.stderr is not None
+    with anyio.fail_after(60):
+        first = await process.stdout.receive()
+        await process.stdout.aclose()  # as head does after its line
+        errors = b"".join([chunk async for chunk in process.stderr])
+        await process.wait()
+    assert first.startswith(b'{"type":"event.run.started"')
+    assert process.returncode == 0 and errors == b"", errors.decode()
