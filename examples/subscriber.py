@@ -31,6 +31,7 @@ from protocols import (
     encode,
 )
 from runtime import Settings, follow, open_bus
+from runtime.errors import PlancastError
 
 
 def describe(event: RunEvent) -> str:
@@ -56,10 +57,10 @@ def describe(event: RunEvent) -> str:
     return type(event).__name__
 
 
-async def watch(run_id: str, settings: Settings, as_json: bool) -> int:
+async def watch(run_id: str, settings: Settings, as_json: bool, idle: float) -> int:
     # A subscriber only reads: it does not create streams (ensure_streams=False).
     async with open_bus(settings, ensure_streams=False) as bus:
-        async for event in follow(bus, run_id):
+        async for event in follow(bus, run_id, idle_timeout=idle):
             if as_json:
                 print(encode(event).decode(), flush=True)
             else:
@@ -77,12 +78,19 @@ def main() -> int:
     parser.add_argument("--nats", help="NATS server URL(s); default: $NATS_URL")
     parser.add_argument("--prefix", help="subject prefix; default: $PLANCAST_PREFIX or plancast")
     parser.add_argument("--json", action="store_true", help="print events as NDJSON")
+    parser.add_argument("--idle-timeout", type=float, default=60.0,
+                        help="give up after this many seconds without an event (an unknown "
+                             "run id has none); default 60")
     args = parser.parse_args()
     overrides = {k: v for k, v in {"nats_url": args.nats, "prefix": args.prefix}.items() if v}
     settings = Settings(**overrides)
     if settings.nats_url is None:
         parser.error("give --nats or set NATS_URL: a subscriber joins an existing deployment")
-    return anyio.run(watch, args.run_id, settings, args.json)
+    try:
+        return anyio.run(watch, args.run_id, settings, args.json, args.idle_timeout)
+    except PlancastError as exc:  # unreachable server, a run with no event: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -156,6 +156,10 @@ async def test_subscriber_prints_a_runs_events(
     lines = as_text.stdout.decode().splitlines()
     assert len(lines) == len(events)
     assert lines[-1].split() == [str(len(events)), "finished:", "one", "and", "two"]
+    unknown = await run(PYTHON, script, "run-000000000000", "--nats", nats_url, "--prefix",
+                        prefix, "--idle-timeout", "1", cwd=tmp_path)
+    said = unknown.stderr.decode().strip().splitlines()
+    assert unknown.returncode == 2 and len(said) == 1 and "no event for 1s" in said[0], said
 
 
 async def test_multi_machine_commands(nats_url: str, prefix: str, tmp_path: Path) -> None:
