@@ -34,6 +34,7 @@ from protocols import (
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
+from .resume import task_id
 from .run_state import RunFailure
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
                             attempt=attempt, output=output,
                             inputs=run.scheduler.inputs_for(step), nonce=nonce())
         await run.send(run.bus.subject(Verb.REVIEW), review,
-                       msg_id=f"{run.run_id}/{sid}/{attempt}/review")
+                       msg_id=f"{task_id(run.run_id, sid, attempt, run.fence)}/review")
         return
     await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
 

@@ -193,7 +193,8 @@ class Run:
                              results=self.scheduler.results, failures=self.scheduler.failures,
                              replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
-                                       msg_id=f"{self.run_id}/synthesis/{plan.round}")
+                                       msg_id=f"{self.run_id}/synthesis/{plan.round}"
+                                              f"/f{self.fence}")
         await self._until(lambda: self.decision is not None)
         self.synthesis_since = 0.0
         return self.decision
