@@ -74,6 +74,10 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
                 will_retry=message.will_retry))
 
 
+WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}
+"""The role kind that does each kind of work other than steps."""
+
+
 def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
     """Why the ``sender`` role may not send this message, if it may not: each role's NATS
     user publishes only on its own result subject, so a message on the wrong one is forged
@@ -85,15 +89,13 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             if message.executor.partition("/")[0] != sender:
                 return f"sent on {sender!r}'s subject by executor {message.executor!r}"
         case Verdict():
-            allowed = team.kind_roles("critic") or ["critic"]
+            allowed = team.senders("critic")
         case SynthesisDecision():
-            allowed = team.kind_roles("synthesizer") or ["synthesizer"]
+            allowed = team.senders("synthesizer")
         case ReplanRequest() if message.work or message.failed_step is not None:
-            allowed = team.kind_roles("supervisor") or ["supervisor"]
-        case WorkError() if message.work == "review":
-            allowed = team.kind_roles("critic") or ["critic"]
-        case WorkError() if message.work == "synthesis":
-            allowed = team.kind_roles("synthesizer") or ["synthesizer"]
+            allowed = team.senders("supervisor")
+        case WorkError() if message.work in WORK_KINDS:
+            allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:
             allowed = _role_of(run, message.step_id, sender)
         case _:

@@ -205,7 +205,7 @@ class Planner(RoleActor):
             await run.events.flush()
             return
         if run is None:
-            await self._not_ours(message, delivery)
+            await self._not_ours(subject_run, message, delivery)
             return
         if run.record.status != "active":
             await self._too_late(message, delivery, "has ended")
@@ -218,10 +218,9 @@ class Planner(RoleActor):
             run.scope.cancel()
             await delivery.nak()  # the run's new owner will get it
 
-    async def _not_ours(self, message: Message, delivery: Delivery) -> None:
-        """An outcome for a run this planner does not drive (any more): back to whoever
-        does, or, for a run that has ended, said to have come too late."""
-        run_id: str = message.run_id  # type: ignore[attr-defined]
+    async def _not_ours(self, run_id: str, message: Message, delivery: Delivery) -> None:
+        """An outcome on the subject of a run this planner does not drive (any more): back
+        to whoever does, or, for a run that has ended, said to have come too late."""
         try:
             entry = await self.kv.get(run_key(run_id))
         except KeyNotFoundError:

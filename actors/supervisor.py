@@ -113,9 +113,9 @@ class SupervisorActor(RoleActor):
             case StepTask():
                 return [task.step.role]
             case ReviewTask():
-                return self.ctx.team.kind_roles("critic") or ["critic"]
+                return self.ctx.team.senders("critic")
             case _:
-                return self.ctx.team.kind_roles("synthesizer") or ["synthesizer"]
+                return self.ctx.team.senders("synthesizer")
 
     @on(Heartbeat)
     async def beat(self, beat: Heartbeat, delivery: Delivery) -> None:

@@ -129,6 +129,9 @@ class Bus:
         self.settings = settings
         self.prefix = settings.prefix
         self.server_url = server_url
+        self.provisions = True
+        """This connection's user may create streams and consumers (not a role's user of
+        ``plancast auth init``, which binds only to what ``plancast provision`` made)."""
         """The URL actually connected to (the embedded server's when one was started)."""
 
     def subject(self, verb: Verb, *tokens: str) -> str:

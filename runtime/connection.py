@@ -210,7 +210,8 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
         stack.push_async_callback(close)
         bus = Bus(nc, settings, url)
         creds = read_creds(settings.creds) if settings.creds else None
-        if creds is not None and not creds.provision:
+        bus.provisions = creds is None or creds.provision
+        if not bus.provisions:
             if ensure_streams:  # the admin provisions; a role's user may only look
                 await check_provisioned(bus.js, settings.prefix, where=url)
         elif ensure_streams:

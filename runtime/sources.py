@@ -15,7 +15,6 @@ from nats.js.errors import NotFoundError
 
 from protocols import Message, Stream, stream_name
 
-from .auth import read_creds
 from .bus import Bus
 from .errors import PlancastError
 from .settings import Settings
@@ -109,8 +108,7 @@ async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str
 
     A user without provisioning rights (``plancast auth init``) only binds: the consumer
     must exist, made by ``plancast provision``."""
-    creds = read_creds(bus.settings.creds) if bus.settings.creds else None
-    if source.provisioned and creds is not None and not creds.provision:
+    if source.provisioned and not bus.provisions:
         await _existing(bus, source, who)
     delay = 0.1
     while True:

@@ -139,6 +139,11 @@ class TeamConfig(BaseModel):
         """The roles a plan may assign steps to."""
         return [r for r in self.roles.values() if r.kind not in MODEL_KINDS | SERVICE_KINDS]
 
+    def senders(self, kind: str) -> list[str]:
+        """The roles whose outcomes of this kind count: the team's roles of the kind, or a
+        role named like the kind when the team declares none (served from elsewhere)."""
+        return self.kind_roles(kind) or [kind]
+
     def kind_roles(self, kind: str) -> list[str]:
         """Names of the roles of one kind (``critic``, ``synthesizer`` ...)."""
         return [r.name for r in self.roles.values() if r.kind == kind]
