@@ -43,6 +43,7 @@ from .status import HEARTBEAT_WINDOWS, collect_status, render_status
 from .team import TeamConfig, load_team
 from .testing import load_scenario, open_scripted_model_server
 from .tools import ToolRegistry, builtin_tools
+from .tools.sandbox import find_bwrap
 from .view import RunView
 
 app = typer.Typer(
@@ -207,8 +208,15 @@ def demo(
                                   f"[bold yellow]scripted model[/] at {model.base_url}, "
                                   "not a real LLM.")
                 settings = Settings(nats_url=None, data_dir=Path(tmp))
+                # The demo's code comes from its script, not from a model: without
+                # bubblewrap it runs unsandboxed rather than not at all, and says so.
+                sandbox = "bwrap" if find_bwrap() else "none"
+                if sandbox == "none" and not as_json:
+                    console.print("(bubblewrap is not installed: the demo's scripted python "
+                                  "step runs unsandboxed; a real team refuses to)",
+                                  markup=False)
                 async with open_deployment(settings, demo_team(model.base_url),
-                                           builtin_tools()) as bus:
+                                           builtin_tools(sandbox=sandbox)) as bus:
                     return await _run_and_show(bus, RunRequest(goal=goal), as_json)
 
     _run_async(main, verbose=verbose)
