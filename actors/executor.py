@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
+import msgspec
 
 from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import run_agent
+from runtime.bus import StorageFull
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
 from runtime.role import RoleActor
@@ -88,7 +90,13 @@ class Executor(RoleActor):
         # names the task and its delivery: a stale executor's result must not be mistaken
         # for (and de-duplicate away) the result of another execution.
         await self.bus.settle([claim])
-        await self.bus.publish_durable(results, result, msg_id=f"{ctx.key}/{task.nonce}/result")
+        msg_id = f"{ctx.key}/{task.nonce}/result"
+        try:
+            await self.bus.publish_durable(results, result, msg_id=msg_id)
+        except StorageFull as exc:  # too large to keep: the step fails, saying why
+            failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
+                                             error=f"its output could not be stored: {exc}")
+            await self.bus.publish_durable(results, failed, msg_id=msg_id)
 
     async def _execute(self, task: StepTask) -> tuple[str, Usage]:
         step = task.step

@@ -9,6 +9,7 @@ because its acknowledgement was lost, or one a previous owner had already announ
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from protocols import (
+    ActorError,
     CriticVerdict,
     Message,
     OutcomeRefused,
@@ -54,17 +56,17 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
     wrong = wrong_sender(run, message, sender)
     if wrong:
         await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
-                     attempt=getattr(message, "attempt", 0), sender=sender)
+                     attempt=getattr(message, "attempt", 0), sender=sender, role=sender)
         return
     match message:
         case StepClaimed():
             await _claim(run, message)
         case StepResult():
-            await _result(run, message, patient)
+            await _result(run, message, patient, sender)
         case Verdict():
-            await _verdict(run, message)
+            await _verdict(run, message, sender)
         case SynthesisDecision():
-            await _decision(run, message)
+            await _decision(run, message, sender)
         case ReplanRequest():
             await _replan_request(run, message)
         case WorkError():
@@ -113,13 +115,19 @@ def _role_of(run: Run, step_id: int, sender: str) -> list[str]:
         return [sender]
 
 
-async def refuse(run: Run, message: Message, reason: str, *, step_id: int | None = None,
-                 attempt: int = 0, sender: str = "") -> None:
-    """Say on the run's events that ``message`` does not count, and why."""
+async def refuse(run: Run, message: Message, reason: str, *, role: str,
+                 step_id: int | None = None, attempt: int = 0, sender: str = "") -> None:
+    """Say that ``message``, sent on ``role``'s result subject, does not count, and why: on
+    the run's events, and to the sender on its role's error subject."""
     kind = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
     log.info("run %s: %s refused: %s", run.run_id, kind, reason)
     await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind), step_id=step_id,
                                          attempt=attempt, sender=sender, reason=reason))
+    with contextlib.suppress(Exception):  # a courtesy: the run's events are the record
+        await run.bus.publish(run.bus.subject(Verb.ERROR, role), ActorError(
+            role=run.planner.name, instance=run.planner.instance,
+            reason=f"{kind} refused: {reason}", ts=time.time(),
+            subject=run.bus.subject(Verb.RESULT, run.run_id, role)))
 
 
 async def _claim(run: Run, claim: StepClaimed) -> None:
@@ -142,14 +150,14 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
                                       delivery=claim.delivery, heartbeat=claim.heartbeat))
 
 
-async def _result(run: Run, result: StepResult, patient: bool) -> None:
+async def _result(run: Run, result: StepResult, patient: bool, role: str) -> None:
     sid, attempt, sender = result.step_id, result.attempt, result.executor
     meta = run.meta.get(sid)
     if meta is None or run.state_of(sid) is None:
         if ("StepFinished", sid, attempt) not in run.told:
             await refuse(run, result, f"step {sid} is not in the current plan (a replan "
                          "dropped it, or it never existed)", step_id=sid, attempt=attempt,
-                         sender=sender)
+                         sender=sender, role=role)
         return
     if not run.current(sid, attempt) or meta.review_output is not None:
         repeat = meta.executor == sender and meta.delivery == result.delivery \
@@ -160,7 +168,8 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
                    f"attempt {run.scheduler.attempt(sid)}, {state.value if state else '?'})")
             if meta.review_output is not None and run.current(sid, attempt):
                 why = f"another result of attempt {attempt} of step {sid} is under review"
-            await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender)
+            await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
+                         role=role)
         return
     if not _claimed_by(meta.claimants, sender, result.delivery):
         if patient:
@@ -168,7 +177,7 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
         await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
                      f"{attempt} of step {sid} in delivery {result.delivery} (claimed by: "
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
-                     step_id=sid, attempt=attempt, sender=sender)
+                     step_id=sid, attempt=attempt, sender=sender, role=role)
         if not meta.claimants:  # its task was taken and answered: nothing else will come
             await run.forget_tasks([sid])
             await run.step_failed(run.scheduler.step(sid), attempt,
@@ -199,7 +208,7 @@ async def _result(run: Run, result: StepResult, patient: bool) -> None:
     await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
 
 
-async def _verdict(run: Run, verdict: Verdict) -> None:
+async def _verdict(run: Run, verdict: Verdict, role: str) -> None:
     sid, attempt = verdict.step_id, verdict.attempt
     meta = run.meta.get(sid)
     if meta is None or meta.review_output is None or not run.current(sid, attempt):
@@ -207,7 +216,7 @@ async def _verdict(run: Run, verdict: Verdict) -> None:
             and run.scheduler.attempt(sid) == attempt
         if not decided and ("CriticVerdict", sid, attempt) not in run.told:
             await refuse(run, verdict, f"no output of attempt {attempt} of step {sid} is "
-                         "waiting for a verdict", step_id=sid, attempt=attempt)
+                         "waiting for a verdict", step_id=sid, attempt=attempt, role=role)
         return
     await run.spent(f"critic:{sid}", verdict.usage)
     meta.usage = meta.usage + verdict.usage
@@ -225,13 +234,13 @@ async def _verdict(run: Run, verdict: Verdict) -> None:
                           attempt < run.team.review_attempts, "rejected")
 
 
-async def _decision(run: Run, decision: SynthesisDecision) -> None:
+async def _decision(run: Run, decision: SynthesisDecision, role: str) -> None:
     waiting = run.synthesis_since and decision.round == run.scheduler.round \
         and run.decision is None
     if not waiting:
         if ("decision", decision.round) not in run.told and run.decision != decision:
             await refuse(run, decision, f"no synthesis of round {decision.round} is awaited "
-                         f"(the run is in round {run.scheduler.round})")
+                         f"(the run is in round {run.scheduler.round})", role=role)
         return
     await run.spent("synthesizer", decision.usage)
     run.decision = decision

@@ -27,6 +27,7 @@ from protocols import (
     RunAccepted,
     RunOwner,
     RunRecord,
+    RunRejected,
     RunRequest,
     StepClaimed,
     StepRecord,
@@ -79,6 +80,8 @@ class Planner(RoleActor):
         # Handlers are short (a run is a task of its own), so many may be in hand at once.
         super().__init__(ctx, instance=instance, concurrency=max(ctx.role.concurrency, 256))
         self.runs: dict[str, Run] = {}
+        self.starting: set[str] = set()
+        """Runs taken on whose driver has not finished (``runs`` holds those it took)."""
         self.lease = self.settings.run_lease
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
@@ -104,6 +107,13 @@ class Planner(RoleActor):
     @on(RunRequest)
     async def submit(self, request: RunRequest, delivery: Delivery) -> None:
         run_id = request.run_id or new_run_id()
+        if len(self.starting) >= self.ctx.team.max_active_runs and not await self._known(run_id):
+            limit = self.ctx.team.max_active_runs
+            log.warning("run %s refused: %d runs active", run_id, len(self.starting))
+            await delivery.respond(RunRejected(reason=(
+                f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
+                "the team file); submit again once some have ended, or start another planner")))
+            return
         now = time.time()
         timeout = request.timeout or self.ctx.team.timeouts.run
         record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,
@@ -118,6 +128,14 @@ class Planner(RoleActor):
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
+    async def _known(self, run_id: str) -> bool:
+        """Whether ``run_id`` was submitted before (its submit is answered "accepted" again)."""
+        try:
+            await self.kv.get(run_key(run_id))
+        except KeyNotFoundError:
+            return False
+        return True
+
     @property
     def known_tools(self) -> set[str]:
         """Tools a plan may name: the team's (they may live on the workers only) and ours."""
@@ -126,6 +144,7 @@ class Planner(RoleActor):
     def _start(self, record: RunRecord, revision: int, *, adopted: bool,
                previous: str = "") -> None:
         assert self._runs_tg is not None
+        self.starting.add(record.run_id)
         self._runs_tg.start_soon(self._drive, record, revision, adopted, previous)
 
     async def _take(self, record: RunRecord, revision: int, adopted: bool,
@@ -159,6 +178,13 @@ class Planner(RoleActor):
     async def _drive(self, record: RunRecord, revision: int, adopted: bool,
                      previous: str) -> None:
         """Own one run until it ends or is lost; never raises (other runs go on)."""
+        try:
+            await self._own(record, revision, adopted, previous)
+        finally:
+            self.starting.discard(record.run_id)
+
+    async def _own(self, record: RunRecord, revision: int, adopted: bool,
+                   previous: str) -> None:
         run_id = record.run_id
         try:
             run = await self._take(record, revision, adopted, previous)
@@ -201,7 +227,8 @@ class Planner(RoleActor):
         if run is not None and named != subject_run:
             async with run.lock:
                 await outcomes.refuse(run, message, f"it names run {named!r}: an outcome "
-                                      "travels on its own run's subject", sender=sender)
+                                      "travels on its own run's subject", sender=sender,
+                                      role=sender)
             await run.events.flush()
             return
         if run is None:
@@ -269,7 +296,7 @@ class Planner(RoleActor):
         headers = await current_values(self.kv, "runs.*")
         for key, entry in headers.items():
             record = decode(entry.value, RunRecord)
-            if record.run_id in self.runs or record.status != "active" \
+            if record.run_id in self.starting or record.status != "active" \
                     or record.lease_until > time.time():
                 continue
             claimed = msgspec.structs.replace(record, owner=self.owner_id,

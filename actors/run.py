@@ -41,7 +41,7 @@ from protocols import (
     nonce,
     stream_name,
 )
-from runtime.bus import TRANSIENT, Fenced, Unsettled
+from runtime.bus import TRANSIENT, Fenced, StorageFull, Unsettled
 from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
@@ -122,6 +122,8 @@ class Run:
                 return
             except ModelError as exc:
                 self.failure = RunFailure("plan", f"the planner's model failed: {exc}", "model")
+            except StorageFull as exc:
+                self.failure = RunFailure("runtime", str(exc), "storage")
             except Exception as exc:
                 log.exception("run %s crashed", self.run_id)
                 self.failure = RunFailure("runtime", f"{type(exc).__name__}: {exc}", "crash")
@@ -215,16 +217,19 @@ class Run:
         """Apply an outcome the ``sender`` role sent; returns once it is stored (so it may
         be acknowledged). ``patient``: a result that came before its claim raises
         ``outcomes.Early``."""
-        async with self.lock:
-            if self.record.status != "active" or self.events.closed:
-                log.info("run %s has ended; %s changes nothing", self.run_id,
-                         type(message).__name__)
-                return
-            await outcomes.apply(self, message, sender, patient=patient)
-        if isinstance(message, StepClaimed | WorkError):  # events only: no state write
-            await self.events.flush()
-        else:
-            await self.save()
+        try:
+            async with self.lock:
+                if self.record.status != "active" or self.events.closed:
+                    log.info("run %s has ended; %s changes nothing", self.run_id,
+                             type(message).__name__)
+                    return
+                await outcomes.apply(self, message, sender, patient=patient)
+            if isinstance(message, StepClaimed | WorkError):  # events only: no state write
+                await self.events.flush()
+            else:
+                await self.save()
+        except StorageFull as exc:  # what it would start cannot be stored: it cannot go on
+            self.abort(RunFailure("runtime", str(exc), "storage"))
 
     # -- changing steps (callers hold ``lock``) ------------------------------------------
 

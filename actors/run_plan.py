@@ -18,6 +18,7 @@ from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned
 from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
+from runtime.scheduler import references
 
 from . import prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round
@@ -77,14 +78,14 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
 async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step]) -> int:
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
-    seen = {s.id: s for s in accepted}  # a re-asked model may repeat a step
+    seen = {s.id: _shape(s) for s in accepted}  # a re-asked model may repeat a step
     async with stream as lines:
         try:
             async for number, line in _numbered(lines):
                 step = _parse_step(number, line)
-                if step is None or seen.get(step.id) == step:
+                if step is None or seen.get(step.id) == _shape(step):
                     continue
-                seen[step.id] = step
+                seen[step.id] = _shape(step)
                 if run.stream_plan:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
                         await _accept(run, round_, step)
@@ -98,6 +99,13 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
         await _accept(run, round_, step)
         accepted.append(step)
     return len(accepted)
+
+
+def _shape(step: Step) -> Step:
+    """The step as its ``step.planned`` event shows it (``$N`` references counted among its
+    dependencies): a step rebuilt from that event equals the model's line it came from."""
+    return msgspec.structs.replace(
+        step, depends_on=sorted(set(step.depends_on) | set(references(step.args))))
 
 
 def _check_complete(lines: LineStream, count: int) -> None:
@@ -122,9 +130,7 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
         run.meta[step.id] = StepMeta(round_)
         run.touch(step.id)
         # Subscribers see the real DAG: $N references count as dependencies.
-        shown = msgspec.structs.replace(
-            step, depends_on=sorted(run.scheduler.dependencies(step.id)))
-        await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shown))
+        await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=_shape(step)))
         await run.dispatch(ready)
     await run.save()
 

@@ -115,11 +115,11 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         if role.kind == "planner":
             users[role.name] = Grant([
                 f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.event.*", f"{p}.fence.*",
-                f"{p}.heartbeat.{role.name}.*", f"{p}.error.{role.name}",
+                f"{p}.heartbeat.{role.name}.*", f"{p}.error.*",
                 f"{p}.dead.{role.name}", f"$KV.{runs_bucket(p)}.>", f"$O.{objects_bucket(p)}.>",
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
                 *_consumers(n.results), *_consumers(n.kv), *_consumers(n.events),
-                f"$JS.API.CONSUMER.INFO.{n.work}.*",
+                f"$JS.API.CONSUMER.INFO.{n.work}.*", f"$JS.API.STREAM.MSG.DELETE.{n.work}",
                 *_reads(n.kv), *_reads(n.events), *_reads(n.objects),
             ], [f"{p}.run.submit", f"{p}.heartbeat.>", *inbox], responses=True)
         elif role.kind == "supervisor":
@@ -127,11 +127,12 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 *_actor(n, role.name, n.dead, role.name), f"$JS.API.STREAM.MSG.GET.{n.work}",
                 f"$JS.API.STREAM.MSG.DELETE.{n.work}",
             ], [f"{p}.heartbeat.>", f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{n.work}.*",
-                *inbox])
+                f"{p}.error.{role.name}", *inbox])
         else:
             consumer = {"critic": "review", "synthesizer": "synthesis"}.get(
                 role.kind, f"step-{role.name}")
-            users[role.name] = Grant(_actor(n, role.name, n.work, consumer), inbox)
+            users[role.name] = Grant(_actor(n, role.name, n.work, consumer),
+                                     [f"{p}.error.{role.name}", *inbox])
     readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_consumers(n.events),
                *_consumers(n.kv), *_reads(n.events), *_reads(n.kv), *_reads(n.objects)]
     users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers],

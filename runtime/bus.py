@@ -78,6 +78,19 @@ class Fenced(Exception):
     """A fenced publish was refused: the fence subject moved on (someone else took over)."""
 
 
+STORAGE_FULL = 10077
+"""JetStream's "maximum bytes exceeded": a stream that refuses new messages is full."""
+
+
+class StorageFull(Exception):
+    """A stream (or the object store) is at its ``max_bytes``: waiting will not help."""
+
+
+def _full(exc: APIError, where: str) -> StorageFull:
+    return StorageFull(f"{where} is full ({exc.description}): raise PLANCAST_MAX_STREAM_BYTES "
+                       "(then `plancast provision`) or wait for old runs to age out")
+
+
 def fence_headers(fence_subject: str, fence_seq: int) -> dict[str, str]:
     """Headers that make a publish succeed only while ``fence_subject``'s last message is
     ``fence_seq``: a writer that lost its claim can no longer add anything."""
@@ -230,6 +243,8 @@ class Bus:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
                 return int(ack.seq)
             except APIError as exc:
+                if exc.err_code == STORAGE_FULL:
+                    raise _full(exc, f"the stream behind {subj}") from exc
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
                     raise Fenced(f"{subj}: {exc.description}") from exc
                 if getattr(exc, "err_code", None) == FENCE_BUSY:
@@ -263,7 +278,12 @@ class Bus:
     async def put_object(self, name: str, data: bytes) -> ObjectRef:
         """Keep ``data`` in the deployment's object store; a reference travels instead."""
         store = await self.js.object_store(objects_bucket(self.prefix))
-        await store.put(name, data)
+        try:
+            await store.put(name, data)
+        except APIError as exc:
+            if exc.err_code == STORAGE_FULL:
+                raise _full(exc, f"object store {objects_bucket(self.prefix)}") from exc
+            raise
         return ObjectRef(bucket=objects_bucket(self.prefix), name=name, size=len(data),
                          sha256=hashlib.sha256(data).hexdigest())
 

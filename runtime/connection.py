@@ -217,7 +217,7 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
         elif ensure_streams:
             await provision(
                 bus.js, settings.prefix, replicas=settings.replicas,
-                event_max_age=settings.event_max_age,
+                event_max_age=settings.event_max_age, max_bytes=settings.max_stream_bytes,
                 retry=Retry(deadline=settings.publish_retry_for), where=url,
             )
         yield bus

@@ -37,8 +37,11 @@ unavailable" and "stream is offline" (a cluster electing leaders or missing a no
 STREAM_NAME_IN_USE = 10058
 """``add_stream`` lost a race: someone created the stream meanwhile."""
 
-_COMPARED = ("description", "subjects", "max_age", "max_msg_size", "num_replicas",
-             "duplicate_window")
+INSUFFICIENT_RESOURCES = 10047
+"""The server cannot reserve a stream's ``max_bytes`` within its JetStream storage limit."""
+
+_COMPARED = ("description", "subjects", "max_age", "max_bytes", "discard", "max_msg_size",
+             "num_replicas", "duplicate_window")
 """Stream settings provisioning owns: an existing stream is updated when one differs."""
 
 
@@ -66,9 +69,14 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def stream_configs(
-    prefix: str, *, replicas: int, event_max_age: float, max_msg_size: int
+    prefix: str, *, replicas: int, event_max_age: float, max_msg_size: int, max_bytes: int = -1
 ) -> list[api.StreamConfig]:
-    """The desired stream configurations, one per ``Stream`` kind."""
+    """The desired stream configurations, one per ``Stream`` kind.
+
+    Every stream is bounded by ``max_age`` and ``max_bytes``. Full work and results
+    streams refuse what is sent (the sender sees the error); full event and dead-letter
+    streams drop their oldest messages.
+    """
     configs = []
     for kind in Stream:
         work = kind in (Stream.WORK, Stream.RESULTS)
@@ -81,8 +89,11 @@ def stream_configs(
                 storage=api.StorageType.FILE,
                 num_replicas=replicas,
                 duplicate_window=DUPLICATE_WINDOW,
-                # Outcomes that reach a run after it ended have no reader left: they age out.
-                max_age=None if kind is Stream.WORK else event_max_age,
+                # Tasks nobody pulls (a role nobody serves) and outcomes that reach a run
+                # after it ended have no reader left: they age out.
+                max_age=event_max_age,
+                max_bytes=max_bytes,
+                discard=api.DiscardPolicy.NEW if work else api.DiscardPolicy.OLD,
                 max_msg_size=max_msg_size,
             )
         )
@@ -91,7 +102,8 @@ def stream_configs(
 
 async def provision(
     js: Any, prefix: str, *, replicas: int = 1, event_max_age: float = 7 * 86400.0,
-    max_msg_size: int = -1, retry: Retry | None = None, where: str = "NATS",
+    max_msg_size: int = -1, max_bytes: int = -1, retry: Retry | None = None,
+    where: str = "NATS",
 ) -> None:
     """Make the deployment's streams, run-state bucket and object store exist as configured.
 
@@ -104,13 +116,13 @@ async def provision(
     steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
         (f"stream {config.name}", partial(_ensure_stream, js, config))
         for config in stream_configs(
-            prefix, replicas=replicas, event_max_age=event_max_age, max_msg_size=max_msg_size
-        )
+            prefix, replicas=replicas, event_max_age=event_max_age,
+            max_msg_size=max_msg_size, max_bytes=max_bytes)
     ]
     steps.append((f"key-value bucket {runs_bucket(prefix)}",
                   partial(_ensure_runs_bucket, js, prefix, replicas)))
     steps.append((f"object store {objects_bucket(prefix)}",
-                  partial(_ensure_object_store, js, prefix, replicas, event_max_age)))
+                  partial(_ensure_object_store, js, prefix, replicas, event_max_age, max_bytes)))
     for what, step in steps:
         await _retrying(what, step, retry, until, where)
 
@@ -123,6 +135,11 @@ async def _retrying(what: str, step: Callable[[], Awaitable[None]], retry: Retry
             await step()
             return
         except Exception as exc:
+            if isinstance(exc, APIError) and exc.err_code == INSUFFICIENT_RESOURCES:
+                raise ProvisionError(
+                    f"cannot create or update {what} on {where}: the server cannot reserve "
+                    "its max_bytes; lower PLANCAST_MAX_STREAM_BYTES or raise the server's "
+                    "jetstream max_file_store") from exc
             if not is_transient(exc):
                 raise ProvisionError(
                     f"cannot create or update {what} on {where}: {_describe(exc)}; check "
@@ -199,7 +216,8 @@ async def _ensure_runs_bucket(js: Any, prefix: str, replicas: int) -> None:
         )
 
 
-async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float) -> None:
+async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float,
+                               max_bytes: int) -> None:
     try:
         await js.object_store(objects_bucket(prefix))
     except (BucketNotFoundError, NotFoundError):
@@ -208,6 +226,7 @@ async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float) 
             config=api.ObjectStoreConfig(
                 description="plancast payloads too large for a message",
                 ttl=ttl,
+                max_bytes=max_bytes,
                 replicas=replicas,
                 storage=api.StorageType.FILE,
             ),

@@ -86,7 +86,12 @@ class Settings(BaseSettings):
     run_lease: float = Field(default=10.0, gt=0)
     """Seconds a planner's hold on a run lasts unless renewed; then another planner takes over."""
     event_max_age: float = Field(default=7 * 24 * 3600.0, gt=0)
-    """How long progress events stay replayable."""
+    """How long progress events stay replayable (and queued tasks, outcomes and stored
+    payloads are kept at most)."""
+    max_stream_bytes: int = Field(default=256 * 1024 * 1024, ge=-1)
+    """Bytes each of the deployment's streams and its object store may hold (-1: no limit).
+    The server reserves it per stream. Full work and results streams refuse new messages;
+    the events and dead-letter streams drop their oldest."""
 
     @field_validator("prefix")
     @classmethod

@@ -121,6 +121,9 @@ class TeamConfig(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """Where the ``python`` tool runs model-written code: inside bubblewrap (it refuses to
     run where bubblewrap is missing), or ``none``, unsandboxed, by explicit choice only."""
+    max_active_runs: int = Field(default=100, ge=1)
+    """Runs one planner process takes on from submissions at once; a submit beyond it is
+    answered ``run.rejected`` (runs it adopts from a dead planner are always taken on)."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 

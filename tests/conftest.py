@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 
 import pytest
 
 from runtime.embedded import NatsServerProcess, start_cluster
+
+# The server reserves each stream's max_bytes, and the shared server holds hundreds of
+# tests' streams: small ones (every process a test starts inherits this).
+os.environ.setdefault("PLANCAST_MAX_STREAM_BYTES", str(8 * 1024 * 1024))
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,20 @@ MAX_EXPRESSION_CHARS = 1000
 MAX_INT_BITS = 10_000
 """Largest integer result (about 3000 digits); also bounds ``**`` before it is computed."""
 
+MAX_ROUND_DIGITS = 4000
+"""``round``'s ``ndigits`` beyond this is refused: ``round(1, -10**8)`` computes ``10**10**8``."""
+
+
+def _round(value: Number, ndigits: Number | None = None) -> Number:
+    if ndigits is not None and abs(ndigits) > MAX_ROUND_DIGITS:
+        raise ToolError(f"round to at most {MAX_ROUND_DIGITS} digits either side of the point")
+    return round(value, ndigits)  # type: ignore[arg-type]
+
+
 _CONSTANTS: dict[str, Number] = {"pi": math.pi, "e": math.e}
 _FUNCTIONS: dict[str, Callable[..., Number]] = {
     "abs": abs,
-    "round": round,
+    "round": _round,
     "min": min,
     "max": max,
     "sqrt": math.sqrt,

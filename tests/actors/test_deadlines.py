@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from protocols import (
+    ActorError,
     OutcomeRefused,
     PlanRejected,
     ReplanRequest,
@@ -23,6 +24,7 @@ from protocols import (
     StepStarted,
     Verb,
     WorkFailed,
+    decode,
 )
 from runtime.bus import Bus
 from runtime.client import follow
@@ -112,19 +114,26 @@ async def test_a_run_past_its_deadline_fails_and_its_queued_work_is_dropped(
 async def test_a_result_from_a_sender_that_never_claimed_is_refused_on_the_events(
     nats_url: str, prefix: str
 ) -> None:
+    told: list[ActorError] = []
+
     async def forge(bus: Bus, run_id: str) -> None:
+        sub = await bus.nc.subscribe(bus.subject(Verb.ERROR, "worker"))  # the sender's view
         async for event in follow(bus, run_id):
             if isinstance(event, StepStarted) and event.step_id == 1:
                 await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"), StepResult(
                     run_id=run_id, step_id=1, attempt=1, ok=True, output="forged",
                     executor="worker/never-claimed", delivery=1))
-                return
+                break
+        told.append(decode((await sub.next_msg(timeout=30)).data, ActorError))
 
     out = await run_team(nats_url, prefix, [  # the step outlasts the patience for early results
         Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 5})]),
         finish("real")], during=forge)
     [refused] = out.of(OutcomeRefused)
     assert refused.sender == "worker/never-claimed" and "never claimed" in refused.reason
+    [error] = told
+    assert error.role == "planner" and "step.result refused" in error.reason
+    assert "never claimed" in error.reason and error.subject.endswith(".worker")
     assert out.finished(1).output != "forged" and out.answer == "real"
 
 

@@ -100,6 +100,8 @@ def _forbidden(p: str, team: TeamConfig) -> dict[str, list[str]]:
             f"pub:$JS.API.CONSUMER.CREATE.{work}.x", f"pub:$JS.API.CONSUMER.DELETE.{work}.x",
             f"pub:$JS.API.CONSUMER.MSG.NEXT.{work}.review", f"pub:$JS.ACK.{work}.review.x",
             f"sub:{p}.event.>", "sub:_INBOX_critic.>",
+            f"sub:{p}.error.critic",  # its own error subject only
+            f"pub:{p}.error.critic",  # nor speak for another role there
         ],
         "critic": [f"pub:{p}.result.r1.synthesizer", f"pub:{p}.result.r1.worker",
                    f"pub:$JS.API.CONSUMER.MSG.NEXT.{work}.step-worker"],

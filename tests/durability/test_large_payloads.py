@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from protocols import (
+    RunFailed,
     RunRequest,
     StepFinished,
     StepRecord,
@@ -17,7 +19,7 @@ from protocols import (
     step_key,
 )
 from runtime.bus import MAX_OBJECT_BYTES
-from runtime.client import submit
+from runtime.client import follow, submit
 from runtime.connection import open_bus
 from runtime.process import open_deployment
 from runtime.settings import Settings
@@ -52,7 +54,7 @@ async def test_outputs_larger_than_max_payload_flow_by_reference(
     async with open_scripted_model_server(plan_scenario(plan, "big done")) as model:
         team_file = tmp_path / "team.toml"
         team_file.write_text(team_toml(model.base_url).replace('"gate", ', '"gate", "big", '))
-        settings = Settings(nats_url=nats_url, prefix=prefix)
+        settings = Settings(nats_url=nats_url, prefix=prefix, max_stream_bytes=64 << 20)
         async with open_deployment(settings, load_team(team_file), tools) as bus:
             assert SIZE > bus.max_payload
             accepted = await submit(bus, RunRequest(goal="big data"))
@@ -69,6 +71,28 @@ async def test_outputs_larger_than_max_payload_flow_by_reference(
     assert all(len(e.value) < 10_000 for e in entries)  # references, not outputs
     assert sorted(len(b) for b in stored) == [SIZE, SIZE + 1]
     assert len(synthesis[0].body["messages"][-1]["content"]) > 2 * SIZE  # it saw everything
+
+
+async def test_a_full_store_fails_the_run_saying_what_to_raise(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    plan = [{"id": 1, "role": "worker", "tool": "big", "args": {"size": SIZE}},
+            {"id": 2, "role": "worker", "tool": "echo", "args": {"text": "$1!"}}]
+    tools = builtin_tools()
+    tools.add(FunctionTool(big, name="big", description="a large output", args_type=BigArgs))
+    async with open_scripted_model_server(plan_scenario(plan, "never")) as model:
+        team_file = tmp_path / "team.toml"
+        team_file.write_text(team_toml(model.base_url).replace('"gate", ', '"gate", "big", '))
+        # Room for step 1's output, not for step 2's task (which carries it) and its result.
+        settings = Settings(nats_url=nats_url, prefix=prefix, max_stream_bytes=5 << 20)
+        async with open_deployment(settings, load_team(team_file), tools) as bus:
+            accepted = await submit(bus, RunRequest(goal="too big"))
+            with anyio.fail_after(60):
+                events = [e async for e in follow(bus, accepted.run_id)]
+    failed = events[-1]
+    assert isinstance(failed, RunFailed), events
+    assert failed.cause == "storage", failed
+    assert "is full" in failed.reason and "PLANCAST_MAX_STREAM_BYTES" in failed.reason
 
 
 async def test_object_references_are_checked_before_anything_is_fetched(

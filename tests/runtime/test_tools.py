@@ -146,6 +146,7 @@ async def test_math_results(expression: str, expected: str) -> None:
         ("[1, 2]", "List is not allowed"),
         ("lambda: 1", "Lambda is not allowed"),
         ("round(x=1)", "no keywords"),
+        ("round(1, -10**8)", "at most 4000 digits"),
         ("1 +", "not an arithmetic expression"),
         ("1 + " * 300 + "1", "longer than 1000"),
     ],
