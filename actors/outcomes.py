@@ -23,6 +23,7 @@ from protocols import (
     OutcomeRefused,
     ReplanRequest,
     ReviewTask,
+    RunCancel,
     StepClaimed,
     StepResult,
     StepStarted,
@@ -33,6 +34,7 @@ from protocols import (
     WorkFailed,
     nonce,
 )
+from runtime.auth import CLIENT
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
@@ -69,6 +71,10 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             await _decision(run, message, sender)
         case ReplanRequest():
             await _replan_request(run, message)
+        case RunCancel():
+            who = f" by {message.source}" if message.source else ""
+            why = f": {message.reason}" if message.reason else ""
+            run.abort(RunFailure("runtime", f"cancelled{who}{why}", "cancelled"))
         case WorkError():
             await run.events.emit(WorkFailed(
                 run_id=run.run_id, work=message.work, step_id=message.step_id,
@@ -96,6 +102,8 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             allowed = team.senders("synthesizer")
         case ReplanRequest() if message.work or message.failed_step is not None:
             allowed = team.senders("supervisor")
+        case RunCancel():
+            allowed = [CLIENT, *team.kind_roles("supervisor")]
         case WorkError() if message.work in WORK_KINDS:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:

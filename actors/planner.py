@@ -25,6 +25,7 @@ from protocols import (
     Message,
     ReplanRequest,
     RunAccepted,
+    RunCancel,
     RunOwner,
     RunRecord,
     RunRejected,
@@ -61,7 +62,8 @@ from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
 
-RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, WorkError)
+RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, RunCancel,
+                WorkError)
 READS = 3
 """Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0

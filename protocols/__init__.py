@@ -33,6 +33,7 @@ from .messages import Offloaded as Offloaded
 from .messages import ReplanRequest as ReplanRequest
 from .messages import ReviewTask as ReviewTask
 from .messages import RunAccepted as RunAccepted
+from .messages import RunCancel as RunCancel
 from .messages import RunId as RunId
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest

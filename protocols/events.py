@@ -174,7 +174,8 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     cause: str = ""
     """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
     ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
-    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``crash``."""
+    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``storage`` (a stream was
+    full), ``cancelled`` (a client's ``run.cancel``), ``crash``."""
 
 
 RunEvent = (

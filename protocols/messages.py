@@ -215,6 +215,18 @@ class SynthesisDecision(Message, frozen=True, kw_only=True, tag="synthesis.decis
     """Model usage spent on the synthesis."""
 
 
+class RunCancel(Message, frozen=True, kw_only=True, tag="run.cancel"):
+    """A client asks the planner to stop a run (on ``<prefix>.result.<run_id>.client``): it
+    ends with ``event.run.failed``, cause ``cancelled``, and its queued work is dropped."""
+
+    run_id: RunId
+    """The run."""
+    reason: str = ""
+    """Why, in the client's words."""
+    source: str = ""
+    """Who asks (a user, a host, a program)."""
+
+
 class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
     """Someone other than the synthesizer asks the planner for a new round."""
 

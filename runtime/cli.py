@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -19,7 +21,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from protocols import RunFinished, RunRequest, encode, json_schema
+from protocols import RunFailed, RunFinished, RunRequest, encode, json_schema
 
 from . import preflight
 from .bus import Bus
@@ -31,7 +33,7 @@ from .cli_setup import (
     print_error,
     setup_logging,
 )
-from .client import follow, submit
+from .client import cancel, follow, submit
 from .connection import open_bus
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
 from .errors import PlancastError
@@ -81,7 +83,9 @@ ConnectTimeoutOpt = Annotated[
     typer.Option("--connect-timeout", envvar="PLANCAST_CONNECT_TIMEOUT", min=0.1,
                  help="Seconds to wait for the first connection to NATS; default 5."),
 ]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", "-v", "--debug", envvar="PLANCAST_DEBUG",
+    help="Log debug details; an error shows its traceback.")]
 TeamOpt = Annotated[
     Path | None,
     typer.Option("--team", envvar="PLANCAST_ROLES_FILE",
@@ -166,25 +170,54 @@ def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> 
 
 
 async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
-    """Submit, follow the events to the end, print the outcome; 0 if the run finished."""
+    """Submit, follow the events to the end, print the outcome; 0 if the run finished.
+
+    The first Ctrl-C cancels the run and waits (up to CANCEL_WAIT) for it to end; a
+    second stops waiting."""
     accepted = await submit(bus, request)
     view = RunView(accepted.run_id)
-    if as_json:
-        async for event in follow(bus, accepted.run_id):
-            view.apply(event)
-            sys.stdout.write(encode(event).decode() + "\n")
-            sys.stdout.flush()
-    else:
-        with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_on_interrupt, bus, accepted.run_id, tg.cancel_scope)
+        if as_json:
             async for event in follow(bus, accepted.run_id):
                 view.apply(event)
-                live.update(view.render(console.width))
+                sys.stdout.write(encode(event).decode() + "\n")
+                sys.stdout.flush()
+        else:
+            with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
+                async for event in follow(bus, accepted.run_id):
+                    view.apply(event)
+                    live.update(view.render(console.width))
+        tg.cancel_scope.cancel()
+    if view.outcome is None:
+        print_error(f"stopped waiting: run {accepted.run_id} may still be going (see `plancast "
+                    "status`)")
+        return 130
+    if not as_json:
         if isinstance(view.outcome, RunFinished):
             console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
         elif view.outcome is not None:
             console.print(f"\n[bold red]run failed[/] ({view.outcome.stage}): "
                           f"{view.outcome.reason}")
+    if isinstance(view.outcome, RunFailed) and view.outcome.cause == "cancelled":
+        return 130
     return 0 if isinstance(view.outcome, RunFinished) else 1
+
+
+CANCEL_WAIT = 15.0
+"""Seconds ``plancast run`` waits for a run it cancelled on Ctrl-C to end."""
+
+
+async def _cancel_on_interrupt(bus: Bus, run_id: str, following: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async for _ in interrupts:
+            print_error(f"cancelling run {run_id} (Ctrl-C again to stop waiting for it)")
+            await cancel(bus, run_id, "Ctrl-C", source=f"plancast run on {socket.gethostname()}")
+            following.deadline = anyio.current_time() + CANCEL_WAIT
+            break
+        async for _ in interrupts:
+            following.cancel()
+            return
 
 
 @app.command()
@@ -249,6 +282,42 @@ def run(
         preflight.check(team_config, tools)
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
+
+    _run_async(main, verbose=verbose)
+
+
+@app.command("cancel")
+def cancel_command(
+    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
+    reason: Annotated[str, typer.Option(help="Why (shown in the run's last event).")] = "",
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled")."""
+    setup_logging(verbose, quiet=True)
+    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
+    if not settings.nats_url:
+        print_error("no deployment to cancel a run in: start one with `plancast up`, or pass "
+                    "--nats")
+        raise typer.Exit(2)
+
+    async def main() -> int:
+        async with open_bus(settings) as bus:
+            await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
+            with anyio.move_on_after(CANCEL_WAIT):
+                async for event in follow(bus, run_id):
+                    if isinstance(event, RunFailed | RunFinished):
+                        ended = "finished" if isinstance(event, RunFinished) else "failed"
+                        console.print(f"run {run_id} {ended}: "
+                                      f"{getattr(event, 'reason', '') or 'with an answer'}",
+                                      markup=False)
+                        return 0
+            print_error(f"asked to cancel run {run_id}; it has not ended within "
+                        f"{CANCEL_WAIT:g}s (see `plancast status`)")
+            return 1
 
     _run_async(main, verbose=verbose)
 

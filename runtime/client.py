@@ -28,6 +28,7 @@ from protocols import (
     TERMINAL_EVENTS,
     ActorError,
     RunAccepted,
+    RunCancel,
     RunEvent,
     RunRejected,
     RunRequest,
@@ -107,6 +108,16 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
     if isinstance(reply, RunAccepted):
         return reply
     raise RunNotAccepted(reply.reason)
+
+
+async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -> None:
+    """Ask the run's planner to stop it; it ends with ``run.failed`` (cause ``cancelled``).
+
+    Sent as the ``client`` user's outcome, stored before this returns; the id makes a
+    repeat harmless. A run that has ended already is not changed (its planner says so)."""
+    await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
+                              RunCancel(run_id=run_id, reason=reason, source=source),
+                              msg_id=f"{run_id}/cancel")
 
 
 class _Peek(msgspec.Struct):

@@ -18,6 +18,7 @@ from protocols import (
     PlanRejected,
     ReplanRequest,
     ReplanStarted,
+    RunCancel,
     StepFailed,
     StepFinished,
     StepResult,
@@ -27,7 +28,7 @@ from protocols import (
     decode,
 )
 from runtime.bus import Bus
-from runtime.client import follow
+from runtime.client import cancel, follow
 from runtime.testing import Latency, Rule
 
 from .harness import echo, finish, plan_line, run_team
@@ -165,3 +166,26 @@ async def test_a_replan_request_wakes_a_run_waiting_for_its_synthesis(
     [late] = out.of(OutcomeRefused)
     assert late.kind == "synthesis.decision" and late.seq > started.seq
     assert "round 0" in late.reason
+
+
+async def test_a_client_cancels_a_run_and_its_queued_work_is_dropped(
+    nats_url: str, prefix: str
+) -> None:
+    async def stop(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepStarted):
+                # A role may not cancel (only the client user and supervisors may) ...
+                await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"),
+                                          RunCancel(run_id=run_id, reason="forged"))
+                await cancel(bus, run_id, "enough", source="a test")
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 30}),
+                                    plan_line(2, tool="sleep", args={"seconds": 30})]),
+        finish("never")], during=stop, settings={"drain_timeout": 0.5})
+    assert out.failure.cause == "cancelled"
+    assert out.failure.reason == "cancelled by a test: enough"
+    [refused] = out.of(OutcomeRefused)
+    assert refused.kind == "run.cancel" and "'client'" in refused.reason
+    assert not out.of(StepFinished)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 
 import anyio
@@ -11,7 +12,8 @@ import jsonschema
 import msgspec
 import pytest
 
-from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, StepFinished
+from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, RunRequest, StepFinished
+from runtime.client import follow, submit
 from runtime.embedded import NatsServerProcess
 from runtime.process import open_deployment
 from runtime.role import RoleContext, UnknownRole, build_actor
@@ -354,3 +356,49 @@ async def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path
         await process.wait()
     assert first.startswith(b'{"type":"event.run.started"')
     assert process.returncode == 0 and errors == b"", errors.decode()
+
+
+SLOW = [Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 60})]),
+        finish("never")]
+
+
+@pytest.mark.anyio
+async def test_ctrl_c_during_run_cancels_the_run(nats_url: str, prefix: str,
+                                                 tmp_path: Path) -> None:
+    async with open_scripted_model_server(Scenario(rules=SLOW)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix, drain_timeout=0.5)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)):
+            proc = await anyio.open_process(
+                [PLANCAST, "run", "--json", "--nats", nats_url, "--prefix", prefix, "wait"],
+                cwd=tmp_path, env=clean_env())
+            assert proc.stdout is not None
+            lines: list[bytes] = []
+            with anyio.fail_after(60):
+                async for chunk in proc.stdout:
+                    lines += chunk.splitlines()
+                    if b'"event.step.started"' in chunk:
+                        proc.send_signal(signal.SIGINT)
+                await proc.wait()
+    assert proc.returncode == 130
+    last = msgspec.json.decode(lines[-1])
+    assert last["type"] == "event.run.failed" and last["cause"] == "cancelled", last
+    assert "cancelled by plancast run on" in last["reason"] and "Ctrl-C" in last["reason"]
+
+
+@pytest.mark.anyio
+async def test_plancast_cancel_ends_a_run_and_says_how(nats_url: str, prefix: str,
+                                                       tmp_path: Path) -> None:
+    async with open_scripted_model_server(Scenario(rules=SLOW)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix, drain_timeout=0.5)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)) as bus:
+            accepted = await submit(bus, RunRequest(goal="wait"))
+            result = await plancast("cancel", accepted.run_id, "--reason", "changed my mind",
+                                    "--nats", nats_url, "--prefix", prefix, cwd=tmp_path)
+            events = [e async for e in follow(bus, accepted.run_id)]
+    assert result.returncode == 0, stderr_tail(result)
+    said = result.stdout.decode()
+    assert said.startswith(f"run {accepted.run_id} failed: cancelled by plancast cancel on ")
+    assert said.rstrip().endswith(": changed my mind")
+    assert isinstance(events[-1], RunFailed) and events[-1].cause == "cancelled"
