@@ -75,6 +75,9 @@ class Tail:
     """The run already ended: only its state was not saved."""
     usage: Usage | None = None
     """The run's usage as last announced."""
+    skipped: list[int] = field(default_factory=list)
+    """Numbers below ``last_seq`` with no event: the previous owner's writes that were lost
+    and, the run being fenced now, never will be stored."""
 
 
 async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, int]]:
@@ -122,9 +125,11 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
     """Apply the tail (events numbered ``next_seq`` and on) to the restored ``state``."""
     out = Tail(last_seq=next_seq - 1)
     s, meta, now = state.scheduler, state.meta, time.time()
+    seen: set[int] = set()
     for event, fence in tail:
         if event.seq < next_seq:
             continue  # already reflected in the saved state
+        seen.add(event.seq)
         out.last_seq = max(out.last_seq, event.seq)
         key = identity(event)
         if key is not None:
@@ -188,6 +193,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                     | StepFailed():
                 pass  # their messages come again and re-derive them, without a new event
     state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
+    out.skipped = [n for n in range(next_seq, out.last_seq + 1) if n not in seen]
     return out
 
 

@@ -146,7 +146,8 @@ class Run:
                                               planner=self.planner.owner_id))
         elif resumed:
             await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
-                                              previous=self.previous_owner))
+                                              previous=self.previous_owner,
+                                              skipped=self.tail.skipped))
         async with self.lock:  # send what the log says was sent, and what is ready
             await self._republish_ready()
             self.scheduler.promote()

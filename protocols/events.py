@@ -131,6 +131,9 @@ class RunResumed(Event, frozen=True, kw_only=True, tag="event.run.resumed"):
     """The planner instance that now owns the run."""
     previous: str = ""
     """The planner that owned it before."""
+    skipped: list[int] = []
+    """Event numbers the previous owner gave out but never stored before it was fenced off
+    (a write lost in a failover): they will never exist; a reader stops waiting for them."""
 
 
 class WorkFailed(Event, frozen=True, kw_only=True, tag="event.work.failed"):

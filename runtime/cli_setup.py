@@ -77,9 +77,9 @@ def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
         # never highlighted or read as markup.
         handlers=[handler],
     )
-    if not verbose:
-        logging.getLogger("nats").setLevel(logging.WARNING)
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not verbose:  # every model call would be a line (openai logs through httpx2 now)
+        for chatty in ("nats", "httpx", "httpx2", "openai"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def local_deployment(settings: Settings) -> Settings:

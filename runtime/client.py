@@ -32,6 +32,7 @@ from protocols import (
     RunEvent,
     RunRejected,
     RunRequest,
+    RunResumed,
     Stream,
     Verb,
     decoder_for,
@@ -273,6 +274,8 @@ async def follow(
             if seq < expected:
                 continue
             early[seq] = event
+            if isinstance(event, RunResumed):  # numbers lost with the previous owner
+                early |= {n: None for n in event.skipped if n >= expected and n not in early}
             while expected in early:
                 ready = early.pop(expected)
                 expected += 1

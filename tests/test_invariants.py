@@ -206,3 +206,18 @@ def test_every_violation_names_its_rule() -> None:
     for events, _ in BROKEN.values():
         for violation in event_log_violations(events):
             assert re.match(r"^\[[a-z-]+\] ", violation), violation
+
+
+def test_numbers_a_resuming_planner_declares_lost_are_not_a_gap() -> None:
+    def log(skipped: list[int]) -> list[RunEvent]:
+        events: list[RunEvent] = good_run()
+        events[4:4] = [
+            WorkFailed(run_id=RUN, work="step", step_id=1, attempt=1, actor="w/1", error="e",
+                       will_retry=True),  # number 5: lost with the previous owner
+            RunResumed(run_id=RUN, planner="p/2", previous="p/1", skipped=skipped)]
+        numbered_log = numbered(*events)
+        del numbered_log[4]
+        return numbered_log
+
+    assert event_log_violations(log([5])) == []
+    assert event_log_violations(log([])) == ["[sequence] event 5 skips to 6 (event.run.resumed)"]

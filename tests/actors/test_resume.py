@@ -127,3 +127,15 @@ def test_a_finish_whose_event_holds_the_whole_output_is_applied_at_once() -> Non
     state = saved((step(1), StepState.RUNNING))
     fold(state, tail(cut), next_seq=10)
     assert state.scheduler.state(1) is StepState.RUNNING  # a cut output waits for its result
+
+
+def test_numbers_the_previous_owner_never_stored_are_reported_as_skipped() -> None:
+    """Its pipelined event 11 was lost in a failover, 12 was stored, then it was fenced off:
+    11 never will be, and the new owner says so (``run.resumed`` lists it)."""
+    state = saved((step(1), StepState.RUNNING))
+    events = tail(StepStarted(run_id=RUN, step_id=1, attempt=1, executor="worker/a",
+                              delivery=1, heartbeat=0.5),
+                  UsageRecorded(run_id=RUN, source="planner", usage=Usage(), total=Usage()),
+                  UsageRecorded(run_id=RUN, source="planner", usage=Usage(), total=Usage()))
+    out = fold(state, [events[0], events[2]], next_seq=10)
+    assert out.skipped == [11] and out.last_seq == 12

@@ -336,6 +336,9 @@ model = "scripted"
             up.terminate()
             with anyio.fail_after(30):
                 await up.wait()
+            assert up.stderr is not None
+            up_said = b"".join([chunk async for chunk in up.stderr]).decode()
+    assert "HTTP Request" not in up_said, "model calls are not logged at INFO"
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert "using the local deployment at nats://" in result.stderr.decode()
     assert not url_file.exists(), "up removes its URL when it stops"

@@ -17,6 +17,7 @@ from protocols import (
     RunEvent,
     RunFinished,
     RunRequest,
+    RunResumed,
     RunStarted,
     StepStarted,
     Stream,
@@ -273,3 +274,16 @@ async def test_follow_rides_out_the_loss_of_a_cluster_node(
             await early.done.wait()
             await late.done.wait()
     assert early.seqs() == late.seqs() == [1, 2, 3, 4, 5, 6]
+
+
+async def test_follow_does_not_wait_for_a_number_a_new_owner_declares_lost(
+    nats_url: str, prefix: str,
+) -> None:
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        await publish(bus, started("r1", 1))  # 2 was lost with the previous owner
+        await publish(bus, RunResumed(run_id="r1", seq=3, planner="p/2", previous="p/1",
+                                      skipped=[2]))
+        await publish(bus, RunFinished(run_id="r1", seq=4, answer="done"))
+        with anyio.fail_after(10):
+            events = [event async for event in follow(bus, "r1")]
+    assert [e.seq for e in events] == [1, 3, 4]
