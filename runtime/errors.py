@@ -7,6 +7,11 @@ class PlancastError(Exception):
     """Base class of every error plancast raises on purpose."""
 
 
+class SetupError(PlancastError):
+    """A deployment mistake no restart can fix (a consumer nobody provisioned, a missing
+    API key): a supervisor gives up at once and says what to do, instead of restarting."""
+
+
 class PlanValidationError(PlancastError):
     """A step or a whole plan breaks a rule of the plan DAG.
 
@@ -40,7 +45,7 @@ class ToolArgumentsError(PlancastError):
     """A tool was called with arguments that do not fit it; the message says what it expects."""
 
 
-class ModelConfigError(PlancastError):
+class ModelConfigError(SetupError):
     """A model client cannot be built from its settings (no API key, bad URL ...).
 
     Raised before any request is made; the message names the setting or environment

@@ -16,7 +16,7 @@ from nats.js.errors import NotFoundError
 from protocols import Message, Stream, stream_name
 
 from .bus import Bus
-from .errors import PlancastError
+from .errors import SetupError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ REBIND_AFTER = 5
 """Consecutive failed fetches after which the consumer is bound afresh."""
 
 
-class MissingConsumer(PlancastError):
+class MissingConsumer(SetupError):
     """A role's consumer does not exist and its NATS user may not create it."""
 
 

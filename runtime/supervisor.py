@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .errors import PlancastError
+from .errors import PlancastError, SetupError
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,11 @@ class Supervisor:
                 if generation != child.generation:
                     continue  # a child we stopped on purpose
                 child.scope = None
+                if isinstance(error, SetupError):  # the same mistake would stop it again
+                    escalation = SupervisorEscalation(f"{child.spec.name}: {error}")
+                    for c in children:
+                        self._stop(c)
+                    break
                 if self._should_restart(child.spec, error):
                     escalation = self._count_restart(child, error)
                     if escalation is not None:

@@ -153,6 +153,7 @@ async def test_subscriber_prints_a_runs_events(
     assert as_json.returncode == 0, stderr_tail(as_json)
     assert events_of(as_json) == events
     assert as_text.returncode == 0, stderr_tail(as_text)
+    assert as_json.stderr == as_text.stderr == b"", "a subscriber exits quietly"
     lines = as_text.stdout.decode().splitlines()
     assert len(lines) == len(events)
     assert lines[-1].split() == [str(len(events)), "finished:", "one", "and", "two"]

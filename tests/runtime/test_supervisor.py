@@ -17,6 +17,7 @@ import pytest
 
 from runtime.actor import Actor, Source
 from runtime.connection import open_bus
+from runtime.errors import SetupError
 from runtime.settings import Settings
 from runtime.supervisor import (
     ChildExited,
@@ -377,3 +378,14 @@ async def test_crashing_actor_is_restarted_with_backoff_then_escalates(
     assert gaps[0] >= backoff - 1e-3
     assert gaps[1] >= 2 * backoff - 1e-3
     assert actor.restarts == 2  # counted by the actor itself; its heartbeats report it
+
+
+async def test_a_mistake_no_restart_can_fix_escalates_at_once_with_its_message() -> None:
+    async def misconfigured(_: int) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise SetupError("consumer step-x does not exist: run `plancast provision`")
+
+    child, sibling = Child("x", misconfigured), Child("sibling", forever)
+    with pytest.raises(SupervisorEscalation, match=r"^x: consumer step-x does not exist"):
+        await supervise([child, sibling], max_restarts=5, backoff=0.01)
+    assert len(child.starts) == 1 and sibling.cancellations == 1
