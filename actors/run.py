@@ -402,18 +402,22 @@ class Run:
         async with self._save_lock:
             if self._saved >= wanted:
                 return  # a write that started after our change already covered it
-            # What the state says was sent must be stored before the state is.
-            sent, self._unsettled = self._unsettled, []
-            try:
-                await self.events.flush()
-                await self.bus.settle([u for _, u in sent])
-            except BaseException:
-                self._unsettled[:0] = sent
-                raise
-            for sid, u in sent:
-                meta = self.meta.get(sid)
-                if meta is not None and meta.task_id == u.headers.get("Nats-Msg-Id"):
-                    meta.task_seq = u.seq
+            # What the state says was sent must be stored before the state is, including
+            # what was sent while we waited (the state is read after the last wait).
+            while True:
+                sent, self._unsettled = self._unsettled, []
+                try:
+                    await self.events.flush()
+                    await self.bus.settle([u for _, u in sent])
+                except BaseException:
+                    self._unsettled[:0] = sent
+                    raise
+                for sid, u in sent:
+                    meta = self.meta.get(sid)
+                    if meta is not None and meta.task_id == u.headers.get("Nats-Msg-Id"):
+                        meta.task_seq = u.seq
+                if not self._unsettled and self.events.settled:
+                    break
             version = self._version
             touched, self._touched = self._touched, set()
             records = [run_state.step_record(self.scheduler, self.meta[sid], step)

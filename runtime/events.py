@@ -126,6 +126,11 @@ class EventLog:
             self.closed = isinstance(event, TERMINAL_EVENTS)
         return stamped
 
+    @property
+    def settled(self) -> bool:
+        """Every event emitted so far is known stored."""
+        return all(u.seq for u in self._unsettled)
+
     async def flush(self) -> None:
         """Wait until every event emitted so far is stored (``Fenced``: we lost the run)."""
         sent, self._unsettled = self._unsettled, []
