@@ -3,34 +3,27 @@
 from __future__ import annotations
 
 import json
-import signal
 import tomllib
 from collections import Counter
-from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from protocols import (
     CriticVerdict,
-    Heartbeat,
     RunFinished,
     RunRequest,
     StepDispatched,
     StepFinished,
-    Verb,
-    decode,
-    subject,
 )
-from runtime import Settings, follow, open_bus, open_deployment, submit
+from runtime import Settings, follow, open_deployment, submit
 from runtime.registry import discover_roles
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from .actors.harness import RUN_TIMEOUT, echo, finish, make_team, plan_line
-from .subprocesses import PLANCAST, PYTHON, ROOT, clean_env, events_of, plancast, run, stderr_tail
+from .subprocesses import PYTHON, ROOT, clean_env, events_of, plancast, run, stderr_tail
 
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "plugin_role"
@@ -161,87 +154,3 @@ async def test_subscriber_prints_a_runs_events(
                         prefix, "--idle-timeout", "1", cwd=tmp_path)
     said = unknown.stderr.decode().strip().splitlines()
     assert unknown.returncode == 2 and len(said) == 1 and "no event for 1s" in said[0], said
-
-
-async def test_multi_machine_commands(nats_url: str, prefix: str, tmp_path: Path) -> None:
-    """The commands of examples/multi_machine.md: workers in separate processes, one per
-    group of roles, and ``plancast run --nats`` handing them a goal; workers drain on
-    SIGTERM and exit 0."""
-    async with open_scripted_model_server(Scenario(
-            rules=[Rule(role="planner", lines=PLAN), finish("one and two")])) as model:
-        team_file = tmp_path / "plancast.toml"
-        team_file.write_text(team_toml(model.base_url))
-        env = clean_env(PLANCAST_HEARTBEAT_INTERVAL="0.3")
-        groups = [["planner", "synthesizer"], ["worker"]]
-        async with AsyncExitStack() as stack:
-            bus = await stack.enter_async_context(
-                open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False))
-            beats = await stack.enter_async_context(Heartbeats(bus.nc, prefix))
-            workers = []
-            for n, roles in enumerate(groups):
-                log = stack.enter_context((tmp_path / f"worker{n}.log").open("wb"))
-                argv = [PLANCAST, "worker", *(a for r in roles for a in ("--role", r)),
-                        "--nats", nats_url, "--prefix", prefix]
-                proc = await stack.enter_async_context(await anyio.open_process(
-                    argv, cwd=tmp_path, env=env, stdout=log, stderr=log))
-                workers.append(proc)
-            # Serving: each role has beaten twice (its subscriptions precede its second beat).
-            with anyio.fail_after(RUN_TIMEOUT):
-                await beats.wait_for({r for g in groups for r in g}, count=2)
-            result = await plancast("run", "--json", "--nats", nats_url, "--prefix", prefix,
-                                    "count to two", cwd=tmp_path)
-            for proc in workers:
-                proc.send_signal(signal.SIGTERM)
-            with anyio.fail_after(RUN_TIMEOUT):
-                codes = [await proc.wait() for proc in workers]
-    logs = "\n".join((tmp_path / f"worker{n}.log").read_text() for n in range(len(groups)))
-    assert result.returncode == 0, stderr_tail(result) + logs
-    last = events_of(result)[-1]
-    assert isinstance(last, RunFinished) and last.answer == "one and two"
-    assert codes == [0, 0], logs
-
-
-def team_toml(base_url: str) -> str:
-    return f"""
-[models.scripted]
-model = "scripted-model"
-base_url = "{base_url}"
-
-[roles.planner]
-kind = "planner"
-model = "scripted"
-
-[roles.worker]
-tools = ["echo"]
-tool_steps_only = true
-
-[roles.synthesizer]
-kind = "synthesizer"
-model = "scripted"
-"""
-
-
-class Heartbeats:
-    """Counts heartbeats per role on ``<prefix>.heartbeat.>``."""
-
-    def __init__(self, nc: Any, prefix: str) -> None:
-        self.nc, self.prefix = nc, prefix
-        self.seen: Counter[str] = Counter()
-        self._changed = anyio.Event()
-
-    async def __aenter__(self) -> Heartbeats:
-        async def on_beat(msg: Any) -> None:
-            self.seen[decode(msg.data, Heartbeat).role] += 1
-            self._changed.set()
-
-        self._sub = await self.nc.subscribe(
-            subject(self.prefix, Verb.HEARTBEAT, wildcard=True), cb=on_beat)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._sub.unsubscribe()
-
-    async def wait_for(self, roles: set[str], *, count: int) -> None:
-        while any(self.seen[r] < count for r in roles):
-            self._changed = anyio.Event()
-            await self._changed.wait()

@@ -68,13 +68,18 @@ async def test_the_multi_machine_recipe_runs_as_written(tmp_path: Path) -> None:
 
             start(f"{cluster}\nwait", "cluster.log")
             # "machines B and C" both run the researcher line; no wait for the cluster.
-            for n, line in enumerate([workers[0], workers[1], workers[1], workers[2]]):
-                start(f"{exports}\nexec {line}", f"worker{n}.log")
+            procs = [start(f"{exports}\nexec {line}", f"worker{n}.log") for n, line
+                     in enumerate([workers[0], workers[1], workers[1], workers[2]])]
             with anyio.fail_after(180):
                 result = await anyio.run_process(
                     ["bash", "-c", f"{exports}\nexec {run}"], cwd=tmp_path, env=env,
                     check=False)
+            for proc in procs:  # workers drain on SIGTERM and exit 0
+                proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                codes = [await anyio.to_thread.run_sync(proc.wait) for proc in procs]
     assert result.returncode == 0, stderr_tail(result) + _logs(tmp_path)
+    assert codes == [0, 0, 0, 0], _logs(tmp_path)
     said = result.stdout.decode()
     assert "answer: Germany has about 16 million more people than France." in said, said
 
