@@ -395,15 +395,15 @@ def status_command(
 def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
            verbose: bool) -> None:
     settings = local_deployment(settings)
-    if not settings.nats_url and roles:  # a worker alone on a server nobody else can reach
-        err_console.print("no --nats and no local deployment (plancast up): starting a "
-                          "private server that only this process uses", markup=False,
-                          highlight=False)
 
     async def main() -> int:
         team_config = _team(team)
         tools = team_tools(team_config)
         preflight.check(team_config, tools, roles)
+        if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
+            err_console.print("no --nats and no local deployment (plancast up): starting a "
+                              "private server that only this process uses", markup=False,
+                              highlight=False, soft_wrap=True)
         async with open_bus(settings) as bus:
             actors = build_team_actors(bus, team_config, tools, roles)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)

@@ -405,3 +405,49 @@ async def test_plancast_cancel_ends_a_run_and_says_how(nats_url: str, prefix: st
     assert said.startswith(f"run {accepted.run_id} failed: cancelled by plancast cancel on ")
     assert said.rstrip().endswith(": changed my mind")
     assert isinstance(events[-1], RunFailed) and events[-1].cause == "cancelled"
+
+
+NO_MODEL_TEAM = '[roles.planner]\nkind = "planner"\n[roles.w]\ntools = ["echo"]\n'
+UNKNOWN_KIND_TEAM = '[roles.r]\nkind = "nope"\ntool_steps_only = true\n'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("argv", "team", "said"), [
+    (["up"], None, "team file plancast.toml does not exist"),
+    (["worker", "--role", "w"], None, "team file plancast.toml does not exist"),
+    (["up"], "[roles.planner\nkind = 1", "plancast.toml"),  # a TOML syntax error
+    (["worker", "--role", "planner"], NO_MODEL_TEAM, "[roles.planner]"),  # not eaten as markup
+    (["run", "goal"], UNKNOWN_KIND_TEAM, "kind 'nope'"),
+    (["up", "--prefix", "bad prefix"], NO_MODEL_TEAM, "invalid prefix"),
+])
+async def test_a_newcomers_mistake_is_one_line_and_exit_2(
+    tmp_path: Path, argv: list[str], team: str | None, said: str
+) -> None:
+    if team is not None:
+        (tmp_path / "plancast.toml").write_text(team)
+    result = await plancast(*argv, cwd=tmp_path, env=clean_env(
+        PLANCAST_DATA_DIR=str(tmp_path / "data"), OPENAI_API_KEY="sk-test"))
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2 and 1 <= len(lines) <= 2, lines
+    assert "Traceback" not in result.stderr.decode() and said in lines[0], lines
+    assert not (tmp_path / "data" / "nats" / "deployment.url").exists()  # nothing started
+
+
+@pytest.mark.anyio
+async def test_a_worker_without_nats_or_a_local_deployment_says_it_serves_alone(
+    tmp_path: Path
+) -> None:
+    (tmp_path / "plancast.toml").write_text('[roles.w]\ntools = ["echo"]\ntool_steps_only = true\n')
+    proc = await anyio.open_process(
+        [PLANCAST, "worker", "--role", "w"], cwd=tmp_path,
+        env=clean_env(PLANCAST_DATA_DIR=str(tmp_path / "data")))
+    try:
+        assert proc.stderr is not None
+        with anyio.fail_after(30):
+            first = (await proc.stderr.receive()).decode()
+    finally:
+        proc.terminate()
+        with anyio.fail_after(30):
+            await proc.wait()
+    assert first.startswith("no --nats and no local deployment (plancast up): starting a "
+                            "private server"), first
