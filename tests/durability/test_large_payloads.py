@@ -23,9 +23,9 @@ from runtime.client import follow, submit
 from runtime.connection import open_bus
 from runtime.process import open_deployment
 from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.team import TeamConfig, load_team
 from runtime.testing import open_scripted_model_server
-from runtime.tools import FunctionTool, builtin_tools
+from runtime.tools import FunctionTool, ToolRegistry, builtin_tools
 
 from .harness import following, plan_scenario, team_toml
 
@@ -42,20 +42,30 @@ async def big(args: BigArgs) -> str:
     return "x" * args.size
 
 
+PLAN = [{"id": 1, "role": "worker", "tool": "big", "args": {"size": SIZE}},
+        {"id": 2, "role": "worker", "tool": "echo", "args": {"text": "$1!"}}]
+"""Step 1 writes SIZE bytes; step 2 gets them through ``$1``."""
+
+
+def big_tools() -> ToolRegistry:
+    tools = builtin_tools()
+    tools.add(FunctionTool(big, name="big", description="a large output", args_type=BigArgs))
+    return tools
+
+
+def big_team(directory: Path, base_url: str) -> TeamConfig:
+    team_file = directory / "team.toml"
+    team_file.write_text(team_toml(base_url).replace('"gate", ', '"gate", "big", '))
+    return load_team(team_file)
+
+
 async def test_outputs_larger_than_max_payload_flow_by_reference(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    plan = [
-        {"id": 1, "role": "worker", "tool": "big", "args": {"size": SIZE}},
-        {"id": 2, "role": "worker", "tool": "echo", "args": {"text": "$1!"}},
-    ]
-    tools = builtin_tools()
-    tools.add(FunctionTool(big, name="big", description="a large output", args_type=BigArgs))
-    async with open_scripted_model_server(plan_scenario(plan, "big done")) as model:
-        team_file = tmp_path / "team.toml"
-        team_file.write_text(team_toml(model.base_url).replace('"gate", ', '"gate", "big", '))
+    async with open_scripted_model_server(plan_scenario(PLAN, "big done")) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix, max_stream_bytes=64 << 20)
-        async with open_deployment(settings, load_team(team_file), tools) as bus:
+        async with open_deployment(settings, big_team(tmp_path, model.base_url),
+                                   big_tools()) as bus:
             assert SIZE > bus.max_payload
             accepted = await submit(bus, RunRequest(goal="big data"))
             async with following(bus, accepted.run_id) as events:
@@ -76,16 +86,11 @@ async def test_outputs_larger_than_max_payload_flow_by_reference(
 async def test_a_full_store_fails_the_run_saying_what_to_raise(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    plan = [{"id": 1, "role": "worker", "tool": "big", "args": {"size": SIZE}},
-            {"id": 2, "role": "worker", "tool": "echo", "args": {"text": "$1!"}}]
-    tools = builtin_tools()
-    tools.add(FunctionTool(big, name="big", description="a large output", args_type=BigArgs))
-    async with open_scripted_model_server(plan_scenario(plan, "never")) as model:
-        team_file = tmp_path / "team.toml"
-        team_file.write_text(team_toml(model.base_url).replace('"gate", ', '"gate", "big", '))
+    async with open_scripted_model_server(plan_scenario(PLAN, "never")) as model:
         # Room for step 1's output, not for step 2's task (which carries it) and its result.
         settings = Settings(nats_url=nats_url, prefix=prefix, max_stream_bytes=5 << 20)
-        async with open_deployment(settings, load_team(team_file), tools) as bus:
+        async with open_deployment(settings, big_team(tmp_path, model.base_url),
+                                   big_tools()) as bus:
             accepted = await submit(bus, RunRequest(goal="too big"))
             with anyio.fail_after(60):
                 events = [e async for e in follow(bus, accepted.run_id)]
