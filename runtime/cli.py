@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import socket
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -18,13 +15,11 @@ from typing import Annotated
 import anyio
 import msgspec
 import typer
-from rich.live import Live
 from rich.table import Table
 
-from protocols import RunFailed, RunFinished, RunRequest, encode, json_schema
+from protocols import json_schema
 
 from . import preflight
-from .bus import Bus
 from .cli_setup import (
     build_settings,
     console,
@@ -33,20 +28,15 @@ from .cli_setup import (
     print_error,
     setup_logging,
 )
-from .client import cancel, follow, submit
 from .connection import open_bus
-from .demo import DEMO_GOAL, demo_scenario_path, demo_team
 from .errors import PlancastError
-from .process import open_deployment, serve_actors
+from .process import serve_actors
 from .registry import discover_roles
 from .role import build_team_actors
 from .settings import Settings
 from .status import HEARTBEAT_WINDOWS, collect_status, render_status
 from .team import TeamConfig, load_team
-from .testing import load_scenario, open_scripted_model_server
 from .tools import ToolRegistry, builtin_tools
-from .tools.sandbox import find_bwrap
-from .view import RunView
 
 app = typer.Typer(
     help="plancast: planner-executor LLM agent teams over NATS.",
@@ -169,158 +159,6 @@ def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> 
     raise typer.Exit(code)
 
 
-async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
-    """Submit, follow the events to the end, print the outcome; 0 if the run finished.
-
-    The first Ctrl-C cancels the run and waits (up to CANCEL_WAIT) for it to end; a
-    second stops waiting."""
-    accepted = await submit(bus, request)
-    view = RunView(accepted.run_id)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_interrupt, bus, accepted.run_id, tg.cancel_scope)
-        if as_json:
-            async for event in follow(bus, accepted.run_id):
-                view.apply(event)
-                sys.stdout.write(encode(event).decode() + "\n")
-                sys.stdout.flush()
-        else:
-            with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
-                async for event in follow(bus, accepted.run_id):
-                    view.apply(event)
-                    live.update(view.render(console.width))
-        tg.cancel_scope.cancel()
-    if view.outcome is None:
-        print_error(f"stopped waiting: run {accepted.run_id} may still be going (see `plancast "
-                    "status`)")
-        return 130
-    if not as_json:
-        if isinstance(view.outcome, RunFinished):
-            console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
-        elif view.outcome is not None:
-            console.print(f"\n[bold red]run failed[/] ({view.outcome.stage}): "
-                          f"{view.outcome.reason}")
-    if isinstance(view.outcome, RunFailed) and view.outcome.cause == "cancelled":
-        return 130
-    return 0 if isinstance(view.outcome, RunFinished) else 1
-
-
-CANCEL_WAIT = 15.0
-"""Seconds ``plancast run`` waits for a run it cancelled on Ctrl-C to end."""
-
-
-async def _cancel_on_interrupt(bus: Bus, run_id: str, following: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT) as interrupts:
-        async for _ in interrupts:
-            print_error(f"cancelling run {run_id} (Ctrl-C again to stop waiting for it)")
-            await cancel(bus, run_id, "Ctrl-C", source=f"plancast run on {socket.gethostname()}")
-            following.deadline = anyio.current_time() + CANCEL_WAIT
-            break
-        async for _ in interrupts:
-            following.cancel()
-            return
-
-
-@app.command()
-def demo(
-    goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
-    = DEMO_GOAL,
-    as_json: JsonOpt = False,
-    time_scale: Annotated[float, typer.Option(min=0.0,
-                                              help="Multiply the scripted latencies.")] = 1.0,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress."""
-    setup_logging(verbose, quiet=True)
-
-    async def main() -> int:
-        scenario = load_scenario(Path(str(demo_scenario_path())))
-        with tempfile.TemporaryDirectory(prefix="plancast-demo-") as tmp:
-            async with open_scripted_model_server(scenario, time_scale=time_scale) as model:
-                if not as_json:
-                    console.print(f"[bold]plancast demo[/] - every model answer comes from a "
-                                  f"[bold yellow]scripted model[/] at {model.base_url}, "
-                                  "not a real LLM.")
-                settings = Settings(nats_url=None, data_dir=Path(tmp))
-                # The demo's code comes from its script, not from a model: without
-                # bubblewrap it runs unsandboxed rather than not at all, and says so.
-                sandbox = "bwrap" if find_bwrap() else "none"
-                if sandbox == "none" and not as_json:
-                    console.print("(bubblewrap is not installed: the demo's scripted python "
-                                  "step runs unsandboxed; a real team refuses to)",
-                                  markup=False)
-                async with open_deployment(settings, demo_team(model.base_url),
-                                           builtin_tools(sandbox=sandbox)) as bus:
-                    return await _run_and_show(bus, RunRequest(goal=goal), as_json)
-
-    _run_async(main, verbose=verbose)
-
-
-@app.command()
-def run(
-    goal: Annotated[str, typer.Argument(help="What the team should achieve.")],
-    team: TeamOpt = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
-    as_json: JsonOpt = False,
-    max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
-    max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Run a goal. With --nats, hand it to the workers there; else run the team here."""
-    setup_logging(verbose, quiet=True)
-    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
-    request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
-
-    async def main() -> int:
-        if settings.nats_url:
-            async with open_bus(settings) as bus:
-                return await _run_and_show(bus, request, as_json)
-        team_config = _team(team)
-        tools = team_tools(team_config)
-        preflight.check(team_config, tools)
-        async with open_deployment(settings, team_config, tools) as bus:
-            return await _run_and_show(bus, request, as_json)
-
-    _run_async(main, verbose=verbose)
-
-
-@app.command("cancel")
-def cancel_command(
-    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
-    reason: Annotated[str, typer.Option(help="Why (shown in the run's last event).")] = "",
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled")."""
-    setup_logging(verbose, quiet=True)
-    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
-    if not settings.nats_url:
-        print_error("no deployment to cancel a run in: start one with `plancast up`, or pass "
-                    "--nats")
-        raise typer.Exit(2)
-
-    async def main() -> int:
-        async with open_bus(settings) as bus:
-            await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
-            with anyio.move_on_after(CANCEL_WAIT):
-                async for event in follow(bus, run_id):
-                    if isinstance(event, RunFailed | RunFinished):
-                        ended = "finished" if isinstance(event, RunFinished) else "failed"
-                        console.print(f"run {run_id} {ended}: "
-                                      f"{getattr(event, 'reason', '') or 'with an answer'}",
-                                      markup=False)
-                        return 0
-            print_error(f"asked to cancel run {run_id}; it has not ended within "
-                        f"{CANCEL_WAIT:g}s (see `plancast status`)")
-            return 1
-
-    _run_async(main, verbose=verbose)
-
 
 @app.command()
 def worker(
@@ -428,4 +266,4 @@ def main() -> None:
         _reader_gone()
 
 
-from . import cli_auth  # noqa: E402, F401  (registers ``auth`` and ``provision``)
+from . import cli_auth, cli_runs  # noqa: E402, F401  (register their commands)

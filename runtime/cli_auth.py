@@ -72,8 +72,10 @@ def provision(
     connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Create or update the deployment's streams, buckets and the team's consumers (the
-    admin's job where roles run with their own users)."""
+    """Create or update the deployment's streams, buckets and the team's consumers.
+
+    The admin's job where roles run with their own users.
+    """
     setup_logging(verbose, quiet=True)
     settings = build_settings(nats, creds, prefix, connect_timeout)
     if not settings.nats_url:

@@ -14,6 +14,7 @@ import anyio
 import msgspec
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from protocols import Heartbeat, RunRecord, StepRecord, Verb, decode, runs_bucket, subject
@@ -63,7 +64,7 @@ class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
     goal: str
     """What the client asked for (in full; tables shorten it)."""
     status: str
-    """``active`` (finished and failed runs are not listed)."""
+    """``active``, ``finished`` or ``failed`` (``plancast status`` lists active ones only)."""
     owner: str
     """The planner instance holding the run's lease."""
     round: int
@@ -76,6 +77,8 @@ class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds until the owner's lease ends unless renewed; negative: it has lapsed."""
     age: float
     """Seconds since the run was accepted."""
+    tokens: int = 0
+    """Prompt and completion tokens spent so far."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,8 +122,10 @@ async def collect_actors(bus: Bus, wait: float) -> list[ActorStatus]:
     ]
 
 
-async def collect_runs(bus: Bus, *, now: float | None = None) -> list[RunStatus]:
-    """The active runs in the run-state bucket (none if the bucket does not exist yet)."""
+async def collect_runs(bus: Bus, *, now: float | None = None, active_only: bool = True,
+                       limit: int | None = None) -> list[RunStatus]:
+    """The runs in the run-state bucket (none if the bucket does not exist yet): the active
+    ones oldest first, or with ``active_only=False`` the ``limit`` most recent."""
     try:
         kv = await bus.js.key_value(runs_bucket(bus.prefix))
     except (BucketNotFoundError, NotFoundError):
@@ -134,15 +139,18 @@ async def collect_runs(bus: Bus, *, now: float | None = None) -> list[RunStatus]
             records.append(decode(entry.value, RunRecord))
         except UNREADABLE as exc:
             log.warning("ignoring unreadable run state %s: %s", key, exc)
-    active = [r for r in records if r.status == "active"]
-    done: dict[str, set[int]] = {r.run_id: set() for r in active}
+    if active_only:
+        chosen = sorted((r for r in records if r.status == "active"),
+                        key=lambda r: (r.started_at, r.run_id))
+    else:
+        chosen = sorted(records, key=lambda r: (r.started_at, r.run_id), reverse=True)[:limit]
+    done: dict[str, set[int]] = {r.run_id: set() for r in chosen}
     for key, entry in (await current_values(kv, "runs.*.steps.*")).items():
         run_id = key.split(".")[1]
         if run_id in done and decode(entry.value, StepRecord).status == "done":
             done[run_id].add(int(key.rsplit(".", 1)[1]))
     now = time.time() if now is None else now
-    return [run_status(record, now, done[record.run_id])
-            for record in sorted(active, key=lambda r: (r.started_at, r.run_id))]
+    return [run_status(record, now, done[record.run_id]) for record in chosen]
 
 
 def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
@@ -154,6 +162,7 @@ def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
         steps_total=len(record.order),
         lease_remaining=record.lease_until - now,
         age=now - (record.started_at or record.updated_at or now),
+        tokens=record.usage.prompt_tokens + record.usage.completion_tokens,
     )
 
 
@@ -186,17 +195,39 @@ def render_status(status: DeploymentStatus, console: Console, *, wait: float) ->
     else:
         console.print(f"[yellow]no live actors[/]: no heartbeat within {wait:g}s")
     if status.runs:
-        runs = Table(title=f"active runs ({len(status.runs)})")
-        for column in ("run", "goal", "owner", "round", "steps", "lease", "age"):
-            runs.add_column(column)
-        for r in status.runs:
-            lease = (_duration(r.lease_remaining) if r.lease_remaining >= 0
-                     else f"[red]lapsed {_duration(-r.lease_remaining)} ago[/]")
-            runs.add_row(r.run_id, _shorten(r.goal), r.owner or "-", str(r.round),
-                         f"{r.steps_done}/{r.steps_total}", lease, _duration(r.age))
-        console.print(runs)
+        render_runs(status.runs, console, title=f"active runs ({len(status.runs)})",
+                    active=True)
     else:
         console.print("no active runs")
+
+
+STATUS_STYLE = {"finished": "green", "failed": "red", "active": "yellow"}
+
+
+def render_runs(runs: list[RunStatus], console: Console, *, title: str,
+                active: bool = False) -> None:
+    """One row per run. ``active`` (``plancast status``): each run's owner and lease; else
+    (``plancast runs``): each run's status."""
+    table = Table(title=title)
+    # Ids are there to copy: never cut; the goal and the owner wrap instead.
+    table.add_column("run", no_wrap=True, min_width=max(len(r.run_id) for r in runs))
+    table.add_column("goal")
+    if active:
+        table.add_column("owner", overflow="fold")
+    for column in ("lease",) if active else ("status",):
+        table.add_column(column, no_wrap=True)
+    for column in ("steps", "tokens", "age"):
+        table.add_column(column, no_wrap=True, min_width=len(column))
+    for r in runs:
+        if active:
+            middle = [escape(r.owner or "-"), _duration(r.lease_remaining)
+                      if r.lease_remaining >= 0 else
+                      f"[red]lapsed {_duration(-r.lease_remaining)} ago[/]"]
+        else:
+            middle = [f"[{STATUS_STYLE.get(r.status, 'white')}]{escape(r.status)}[/]"]
+        table.add_row(escape(r.run_id), escape(_shorten(r.goal, 32)), *middle,
+                      f"{r.steps_done}/{r.steps_total}", str(r.tokens), _duration(r.age))
+    console.print(table)
 
 
 def _shorten(text: str, width: int = 48) -> str:

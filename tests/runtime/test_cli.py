@@ -451,3 +451,28 @@ async def test_a_worker_without_nats_or_a_local_deployment_says_it_serves_alone(
             await proc.wait()
     assert first.startswith("no --nats and no local deployment (plancast up): starting a "
                             "private server"), first
+
+
+@pytest.mark.anyio
+async def test_watch_replays_a_run_late_and_runs_lists_it(nats_url: str, prefix: str,
+                                                          tmp_path: Path) -> None:
+    async with open_scripted_model_server(Scenario(rules=RULES)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)) as bus:
+            accepted = await submit(bus, RunRequest(goal="greet the world"))
+            events = [e async for e in follow(bus, accepted.run_id)]
+    where = ["--nats", nats_url, "--prefix", prefix]
+    watched = await plancast("watch", accepted.run_id, "--json", *where, cwd=tmp_path)
+    shown = await plancast("watch", accepted.run_id, *where, cwd=tmp_path)
+    listed = await plancast("runs", "--json", *where, cwd=tmp_path)
+    table = await plancast("runs", *where, cwd=tmp_path)
+    unknown = await plancast("watch", "run-000000000000", *where, cwd=tmp_path)
+    assert watched.returncode == 0 and events_of(watched) == events, stderr_tail(watched)
+    assert shown.returncode == 0 and "answer: hello, world" in shown.stdout.decode()
+    [row] = json.loads(listed.stdout)
+    assert row["run_id"] == accepted.run_id and row["status"] == "finished"
+    assert row["steps_done"] == row["steps_total"] == 2 and row["tokens"] > 0
+    assert accepted.run_id in table.stdout.decode() and "finished" in table.stdout.decode()
+    said = unknown.stderr.decode().strip().splitlines()
+    assert unknown.returncode == 2 and len(said) == 1 and "plancast runs" in said[0], said

@@ -1,0 +1,282 @@
+"""The commands about runs: ``demo``, ``run``, ``watch``, ``runs`` and ``cancel``.
+
+``run`` and ``watch`` show the same live view of a run's events (or print them as NDJSON);
+the first Ctrl-C in ``run`` cancels the run, in ``watch`` it only stops watching.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import msgspec
+import typer
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from rich.live import Live
+
+from protocols import RunFailed, RunFinished, RunRequest, encode, run_key, runs_bucket
+
+from . import preflight
+from .bus import Bus
+from .cli import (
+    ConnectTimeoutOpt,
+    CredsOpt,
+    JsonOpt,
+    NatsOpt,
+    PrefixOpt,
+    TeamOpt,
+    VerboseOpt,
+    _run_async,
+    _team,
+    app,
+    team_tools,
+)
+from .cli_setup import build_settings, console, local_deployment, print_error, setup_logging
+from .client import cancel, follow, submit
+from .connection import open_bus
+from .demo import DEMO_GOAL, demo_scenario_path, demo_team
+from .process import open_deployment
+from .settings import Settings
+from .status import collect_runs, render_runs
+from .testing import load_scenario, open_scripted_model_server
+from .tools import builtin_tools
+from .tools.sandbox import find_bwrap
+from .view import RunView
+
+
+async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
+    """Submit, then show the run (the first Ctrl-C cancels it)."""
+    accepted = await submit(bus, request)
+    return await _show(bus, accepted.run_id, as_json, cancels=True)
+
+
+async def _show(bus: Bus, run_id: str, as_json: bool, *, cancels: bool) -> int:
+    """Follow the events to the end, print the outcome; 0 if the run finished.
+
+    With ``cancels``, the first Ctrl-C cancels the run and waits (up to CANCEL_WAIT) for
+    it to end, a second stops waiting; without, Ctrl-C stops watching."""
+    view = RunView(run_id)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_on_interrupt, bus, run_id, tg.cancel_scope, cancels)
+        if as_json:
+            async for event in follow(bus, run_id):
+                view.apply(event)
+                sys.stdout.write(encode(event).decode() + "\n")
+                sys.stdout.flush()
+        else:
+            with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
+                async for event in follow(bus, run_id):
+                    view.apply(event)
+                    live.update(view.render(console.width))
+        tg.cancel_scope.cancel()
+    if view.outcome is None:
+        if cancels:
+            print_error(f"stopped waiting: run {run_id} may still be going (see `plancast "
+                        "status`)")
+        return 130
+    if not as_json:
+        if isinstance(view.outcome, RunFinished):
+            console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
+        elif view.outcome is not None:
+            console.print(f"\n[bold red]run failed[/] ({view.outcome.stage}): "
+                          f"{view.outcome.reason}")
+    if isinstance(view.outcome, RunFailed) and view.outcome.cause == "cancelled":
+        return 130
+    return 0 if isinstance(view.outcome, RunFinished) else 1
+
+
+CANCEL_WAIT = 15.0
+"""Seconds ``plancast run`` waits for a run it cancelled on Ctrl-C to end."""
+
+
+async def _on_interrupt(bus: Bus, run_id: str, following: anyio.CancelScope,
+                        cancels: bool) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async for _ in interrupts:
+            if not cancels:
+                following.cancel()
+                return
+            print_error(f"cancelling run {run_id} (Ctrl-C again to stop waiting for it)")
+            await cancel(bus, run_id, "Ctrl-C", source=f"plancast run on {socket.gethostname()}")
+            following.deadline = anyio.current_time() + CANCEL_WAIT
+            break
+        async for _ in interrupts:
+            following.cancel()
+            return
+
+
+@app.command()
+def demo(
+    goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
+    = DEMO_GOAL,
+    as_json: JsonOpt = False,
+    time_scale: Annotated[float, typer.Option(min=0.0,
+                                              help="Multiply the scripted latencies.")] = 1.0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress."""
+    setup_logging(verbose, quiet=True)
+
+    async def main() -> int:
+        scenario = load_scenario(Path(str(demo_scenario_path())))
+        with tempfile.TemporaryDirectory(prefix="plancast-demo-") as tmp:
+            async with open_scripted_model_server(scenario, time_scale=time_scale) as model:
+                if not as_json:
+                    console.print(f"[bold]plancast demo[/] - every model answer comes from a "
+                                  f"[bold yellow]scripted model[/] at {model.base_url}, "
+                                  "not a real LLM.")
+                settings = Settings(nats_url=None, data_dir=Path(tmp))
+                # The demo's code comes from its script, not from a model: without
+                # bubblewrap it runs unsandboxed rather than not at all, and says so.
+                sandbox = "bwrap" if find_bwrap() else "none"
+                if sandbox == "none" and not as_json:
+                    console.print("(bubblewrap is not installed: the demo's scripted python "
+                                  "step runs unsandboxed; a real team refuses to)",
+                                  markup=False)
+                async with open_deployment(settings, demo_team(model.base_url),
+                                           builtin_tools(sandbox=sandbox)) as bus:
+                    return await _run_and_show(bus, RunRequest(goal=goal), as_json)
+
+    _run_async(main, verbose=verbose)
+
+
+@app.command()
+def run(
+    goal: Annotated[str, typer.Argument(help="What the team should achieve.")],
+    team: TeamOpt = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    as_json: JsonOpt = False,
+    max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
+    max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a goal. With --nats, hand it to the workers there; else run the team here."""
+    setup_logging(verbose, quiet=True)
+    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
+    request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
+
+    async def main() -> int:
+        if settings.nats_url:
+            async with open_bus(settings) as bus:
+                return await _run_and_show(bus, request, as_json)
+        team_config = _team(team)
+        tools = team_tools(team_config)
+        preflight.check(team_config, tools)
+        async with open_deployment(settings, team_config, tools) as bus:
+            return await _run_and_show(bus, request, as_json)
+
+    _run_async(main, verbose=verbose)
+
+
+@app.command("cancel")
+def cancel_command(
+    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
+    reason: Annotated[str, typer.Option(help="Why (shown in the run's last event).")] = "",
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled")."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "cancel")
+
+    async def main() -> int:
+        async with open_bus(settings) as bus:
+            await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
+            with anyio.move_on_after(CANCEL_WAIT):
+                async for event in follow(bus, run_id):
+                    if isinstance(event, RunFailed | RunFinished):
+                        ended = "finished" if isinstance(event, RunFinished) else "failed"
+                        console.print(f"run {run_id} {ended}: "
+                                      f"{getattr(event, 'reason', '') or 'with an answer'}",
+                                      markup=False)
+                        return 0
+            print_error(f"asked to cancel run {run_id}; it has not ended within "
+                        f"{CANCEL_WAIT:g}s (see `plancast status`)")
+            return 1
+
+    _run_async(main, verbose=verbose)
+
+
+
+@app.command()
+def watch(
+    run_id: Annotated[str, typer.Argument(help="The run to show (see `plancast runs`).")],
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show any run, live or ended, from its first event (Ctrl-C only stops watching).
+
+    Exits 0 if the run finished, 1 if it failed, 130 on Ctrl-C.
+    """
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "watch")
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            if not await _exists(bus, run_id):
+                print_error(f"no run {run_id} under prefix {bus.prefix!r} on {bus.server_url}: "
+                            "list them with `plancast runs`")
+                return 2
+            return await _show(bus, run_id, as_json, cancels=False)
+
+    _run_async(main, verbose=verbose)
+
+
+@app.command()
+def runs(
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    limit: Annotated[int, typer.Option(min=1, help="Show the most recent N runs.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List the most recent runs: id, goal, status, age, steps done/total, tokens."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "runs")
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            found = await collect_runs(bus, active_only=False, limit=limit)
+        if as_json:
+            sys.stdout.write(msgspec.json.encode(found).decode() + "\n")
+        else:
+            render_runs(found, console, title=f"recent runs ({len(found)})")
+        return 0
+
+    _run_async(main, verbose=verbose)
+
+
+def _deployment(settings: Settings, command: str) -> Settings:
+    """The deployment to read from: --nats, else the local one; never a new server."""
+    settings = local_deployment(settings)
+    if not settings.nats_url:
+        print_error(f"plancast {command} needs a running deployment: pass --nats URL or set "
+                    "NATS_URL, or start one here with `plancast up`")
+        raise typer.Exit(2)
+    return settings
+
+
+async def _exists(bus: Bus, run_id: str) -> bool:
+    try:
+        kv = await bus.js.key_value(runs_bucket(bus.prefix))
+        await kv.get(run_key(run_id))
+    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+        return False
+    return True
