@@ -266,4 +266,4 @@ def main() -> None:
         _reader_gone()
 
 
-from . import cli_auth, cli_runs  # noqa: E402, F401  (register their commands)
+from . import cli_auth, cli_runs, cli_serve  # noqa: E402, F401  (register their commands)

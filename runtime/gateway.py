@@ -1,0 +1,184 @@
+"""``plancast serve``: an HTTP gateway to a deployment, for clients without NATS.
+
+It is one more NATS client (it runs anywhere): ``POST /runs`` submits, ``GET /runs`` and
+``GET /runs/{id}`` read the run state, and ``GET /runs/{id}/events`` streams a run's events
+as Server-Sent Events, each ``data:`` the event's JSON exactly as on the wire and each
+``id:`` its sequence number, so a client that reconnects with ``Last-Event-ID`` resumes
+without gaps or repeats. Needs the ``serve`` extra (starlette, uvicorn, sse-starlette).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from protocols import (
+    RunAccepted,
+    RunId,
+    RunRecord,
+    RunRequest,
+    decode,
+    encode,
+    run_key,
+    runs_bucket,
+)
+from protocols.codec import UNREADABLE
+
+from .bus import Bus
+from .client import RunNotAccepted, follow, submit
+from .connection import open_bus
+from .settings import Settings
+from .status import collect_runs
+
+PING = 15.0
+"""Seconds between keep-alive comments on an idle event stream."""
+
+
+def gateway(settings: Settings) -> Starlette:
+    """The ASGI application; it connects to NATS when it starts and closes when it stops."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            app.state.bus = bus
+            yield
+
+    return Starlette(lifespan=lifespan, routes=[
+        Route("/runs", submit_run, methods=["POST"]),
+        Route("/runs", list_runs, methods=["GET"]),
+        Route("/runs/{run_id}", get_run, methods=["GET"]),
+        Route("/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ])
+
+
+def _bus(request: Request) -> Bus:
+    bus: Bus = request.app.state.bus
+    return bus
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status, media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status)
+
+
+async def submit_run(request: Request) -> Response:
+    """A ``run.request`` in the body (``goal`` at least); 202 with ``run.accepted``."""
+    try:
+        run_request = decode(await request.body(), RunRequest)
+    except UNREADABLE as exc:
+        return _error(422, f"not a run.request: {exc}")
+    try:
+        accepted: RunAccepted = await submit(_bus(request), run_request)
+    except RunNotAccepted as exc:
+        return _error(503, str(exc))
+    return _json(accepted, 202)
+
+
+async def list_runs(request: Request) -> Response:
+    """The most recent runs (``?limit=``, 20 by default)."""
+    try:
+        limit = int(request.query_params.get("limit", "20"))
+    except ValueError:
+        return _error(422, "limit must be a whole number")
+    return _json(await collect_runs(_bus(request), active_only=False, limit=max(limit, 1)))
+
+
+async def get_run(request: Request) -> Response:
+    """The run's stored state: status, and its answer (or failure) once it ended."""
+    record = await _record(_bus(request), request.path_params["run_id"])
+    if record is None:
+        return _error(404, f"no run {request.path_params['run_id']}")
+    return _json({"run_id": record.run_id, "goal": record.request.goal,
+                  "status": record.status, "outcome": record.outcome, "owner": record.owner,
+                  "usage": record.usage, "started_at": record.started_at})
+
+
+async def run_events(request: Request) -> Response:
+    """The run's events as Server-Sent Events, from the first (or after ``Last-Event-ID``)
+    to the last; the stream ends after ``event.run.finished`` or ``event.run.failed``."""
+    bus, run_id = _bus(request), request.path_params["run_id"]
+    if await _record(bus, run_id) is None:
+        return _error(404, f"no run {run_id}")
+    try:
+        after = int(request.headers.get("last-event-id", "0") or 0)
+    except ValueError:
+        return _error(422, "Last-Event-ID must be an event's sequence number")
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        async for event in follow(bus, run_id):
+            if event.seq > after:
+                yield {"id": str(event.seq), "event": "message",
+                       "data": encode(event).decode()}
+
+    return EventSourceResponse(events(), ping=PING)
+
+
+async def _record(bus: Bus, run_id: str) -> RunRecord | None:
+    """The run's stored header; None for an unknown run or an id that cannot be one."""
+    try:
+        msgspec.convert(run_id, RunId)
+        kv = await bus.js.key_value(runs_bucket(bus.prefix))
+        entry = await kv.get(run_key(run_id))
+        record: RunRecord = decode(entry.value or b"", RunRecord)
+    except (msgspec.ValidationError, BucketNotFoundError, KeyNotFoundError, NotFoundError,
+            *UNREADABLE):
+        return None
+    return record
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(OPENAPI)
+
+
+_SCHEMAS = msgspec.json.schema_components(
+    (RunRequest, RunAccepted), ref_template="#/components/schemas/{name}")[1]
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "plancast gateway", "version": "1",
+             "description": "Submit runs and follow their events over HTTP."},
+    "paths": {
+        "/runs": {
+            "post": {"summary": "Submit a run",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/RunRequest"}}}},
+                     "responses": {
+                         "202": {"description": "accepted", "content": {"application/json": {
+                             "schema": {"$ref": "#/components/schemas/RunAccepted"}}}},
+                         "422": {"description": "not a valid run.request"},
+                         "503": {"description": "no planner accepted it"}}},
+            "get": {"summary": "The most recent runs",
+                    "parameters": [{"name": "limit", "in": "query",
+                                    "schema": {"type": "integer", "minimum": 1}}],
+                    "responses": {"200": {"description": "runs, newest first"}}},
+        },
+        "/runs/{run_id}": {"get": {
+            "summary": "A run's status and outcome",
+            "parameters": [{"name": "run_id", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the run"},
+                          "404": {"description": "no such run"}}}},
+        "/runs/{run_id}/events": {"get": {
+            "summary": "A run's events as Server-Sent Events (id: the event's seq)",
+            "parameters": [
+                {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"},
+                 "description": "Resume after this event."}],
+            "responses": {"200": {"description": "text/event-stream; data: the event's JSON "
+                                                 "as on the wire (see `plancast schema`)"},
+                          "404": {"description": "no such run"}}}},
+    },
+    "components": {"schemas": _SCHEMAS},
+}
