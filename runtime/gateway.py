@@ -1,7 +1,8 @@
 """``plancast serve``: an HTTP gateway to a deployment, for clients without NATS.
 
 It is one more NATS client (it runs anywhere): ``POST /runs`` submits, ``GET /runs`` and
-``GET /runs/{id}`` read the run state, and ``GET /runs/{id}/events`` streams a run's events
+``GET /runs/{id}`` read the run state, ``GET /`` is a live dashboard, and
+``GET /runs/{id}/events`` streams a run's events
 as Server-Sent Events, each ``data:`` the event's JSON exactly as on the wire and each
 ``id:`` its sequence number, so a client that reconnects with ``Last-Event-ID`` resumes
 without gaps or repeats. Needs the ``serve`` extra (starlette, uvicorn, sse-starlette).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,7 +20,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from protocols import (
@@ -58,6 +60,7 @@ def gateway(settings: Settings) -> Starlette:
         Route("/runs/{run_id}", get_run, methods=["GET"]),
         Route("/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/", dashboard, methods=["GET"]),
     ])
 
 
@@ -137,6 +140,14 @@ async def _record(bus: Bus, run_id: str) -> RunRecord | None:
             *UNREADABLE):
         return None
     return record
+
+
+DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
+"""One page, plain JavaScript: the run list, and for one run its DAG and timeline, live."""
+
+
+async def dashboard(request: Request) -> Response:
+    return HTMLResponse(DASHBOARD.read_text(encoding="utf-8"))
 
 
 async def openapi(request: Request) -> Response:

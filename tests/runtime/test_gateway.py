@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,24 @@ from ..subprocesses import PLANCAST, clean_env
 from .test_cli import RULES
 
 pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def serving_gateway(nats_url: str, prefix: str, cwd: Path) -> AsyncIterator[str]:
+    """``plancast serve`` in a process of its own; yields its base URL once it listens."""
+    port = free_port()
+    server = await anyio.open_process(
+        [PLANCAST, "serve", "--port", str(port), "--nats", nats_url, "--prefix", prefix],
+        cwd=cwd, env=clean_env())
+    try:
+        with anyio.fail_after(30):
+            while not _listening(port):  # noqa: ASYNC110 - another process
+                await anyio.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        with anyio.fail_after(30):
+            await server.wait()
 
 
 async def sse(response: httpx2.Response) -> AsyncIterator[dict[str, str]]:
@@ -51,25 +70,13 @@ async def events_of(client: httpx2.AsyncClient, run_id: str,
 async def test_a_client_submits_follows_resumes_and_reads_a_run_over_http(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    port = free_port()
     async with open_scripted_model_server(Scenario(rules=RULES)) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, make_team(model.base_url),
-                                   builtin_tools(plugins=False)) as bus:
-            server = await anyio.open_process(
-                [PLANCAST, "serve", "--port", str(port), "--nats", nats_url, "--prefix", prefix],
-                cwd=tmp_path, env=clean_env())
-            try:
-                with anyio.fail_after(30):
-                    while not _listening(port):  # noqa: ASYNC110 - another process
-                        await anyio.sleep(0.1)
-                async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}",
-                                              timeout=30) as client:
-                    found = await _exercise(client, bus)
-            finally:
-                server.terminate()
-                with anyio.fail_after(30):
-                    await server.wait()
+                                   builtin_tools(plugins=False)) as bus, \
+                serving_gateway(nats_url, prefix, tmp_path) as url, \
+                httpx2.AsyncClient(base_url=url, timeout=30) as client:
+            found = await _exercise(client, bus)
     events, resumed, wire = found
     assert [e["id"] for e in events] == [str(n) for n in range(1, len(wire) + 1)]
     assert [json.loads(e["data"]) for e in events] == wire  # as on the wire
