@@ -1,4 +1,5 @@
-"""``plancast serve``: the HTTP/SSE gateway (``runtime.gateway``) on uvicorn."""
+"""Progress for tools outside NATS: ``plancast serve`` (the HTTP/SSE gateway and dashboard,
+``runtime.gateway``, on uvicorn) and ``plancast trace`` (a run as OpenTelemetry spans)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Annotated
 import typer
 
 from .cli import ConnectTimeoutOpt, CredsOpt, NatsOpt, PrefixOpt, VerboseOpt, _run_async, app
-from .cli_runs import _deployment
+from .cli_runs import _deployment, _exists
 from .cli_setup import build_settings, err_console, print_error, setup_logging
+from .client import follow
+from .connection import open_bus
 
 
 @app.command()
@@ -41,6 +44,56 @@ def serve(
                           f"http://{host}:{port}; OpenAPI at /openapi.json", markup=False,
                           highlight=False, soft_wrap=True)
         await server.serve()
+        return 0
+
+    _run_async(main, verbose=verbose)
+
+
+@app.command()
+def trace(
+    run_id: Annotated[str, typer.Argument(help="The run to export (see `plancast runs`).")],
+    otlp: Annotated[str | None, typer.Option(
+        envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        help="OTLP/HTTP traces endpoint, e.g. http://localhost:4318/v1/traces.")] = None,
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Send a run's trace (once it has ended) to an OpenTelemetry collector."""
+    setup_logging(verbose, quiet=True)
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        from .traces import export_run
+    except ImportError as exc:
+        print_error(f"plancast trace needs the otel extra ({exc.name} is missing): "
+                    "pip install 'plancast[otel]'")
+        raise typer.Exit(2) from None
+    if not otlp:
+        print_error("no collector: pass --otlp http://host:4318/v1/traces (or set "
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
+        raise typer.Exit(2)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "trace")
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            if not await _exists(bus, run_id):
+                print_error(f"no run {run_id} under prefix {bus.prefix!r}: list them with "
+                            "`plancast runs`")
+                return 2
+            events = [event async for event in follow(bus, run_id)]
+        exporter = OTLPSpanExporter(endpoint=otlp, timeout=10)
+        provider = TracerProvider(resource=Resource.create({"service.name": "plancast"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        made = export_run(events, provider)
+        provider.shutdown()
+        err_console.print(f"sent {made} spans of run {run_id} to {otlp}", markup=False,
+                          highlight=False, soft_wrap=True)
         return 0
 
     _run_async(main, verbose=verbose)
