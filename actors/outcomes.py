@@ -26,6 +26,7 @@ from protocols import (
     RunCancel,
     StepClaimed,
     StepResult,
+    StepReviewing,
     StepStarted,
     SynthesisDecision,
     Verb,
@@ -210,6 +211,8 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
                             inputs=run.scheduler.inputs_for(step), nonce=nonce())
+        await run.events.emit(StepReviewing(run_id=run.run_id, step_id=sid, attempt=attempt,
+                                            executor=sender))
         await run.send(run.bus.subject(Verb.REVIEW), review,
                        msg_id=f"{task_id(run.run_id, sid, attempt, run.fence)}/review")
         return

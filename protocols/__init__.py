@@ -24,6 +24,7 @@ from .events import StepDispatched as StepDispatched
 from .events import StepFailed as StepFailed
 from .events import StepFinished as StepFinished
 from .events import StepPlanned as StepPlanned
+from .events import StepReviewing as StepReviewing
 from .events import StepStarted as StepStarted
 from .events import UsageRecorded as UsageRecorded
 from .events import WorkFailed as WorkFailed

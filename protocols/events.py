@@ -102,6 +102,15 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     ``unclaimed`` (a result came without a claim that counts)."""
 
 
+class StepReviewing(Event, frozen=True, kw_only=True, tag="event.step.reviewing"):
+    """A step's output went to the critic; ``event.critic.verdict`` follows."""
+
+    step_id: StepId
+    attempt: int
+    executor: str = ""
+    """Whose output is under review."""
+
+
 class CriticVerdict(Event, frozen=True, kw_only=True, tag="event.critic.verdict"):
     step_id: StepId
     attempt: int
@@ -191,6 +200,7 @@ RunEvent = (
     | StepStarted
     | StepFinished
     | StepFailed
+    | StepReviewing
     | CriticVerdict
     | UsageRecorded
     | ReplanStarted

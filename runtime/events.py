@@ -22,6 +22,7 @@ from protocols import (
     StepDispatched,
     StepFailed,
     StepFinished,
+    StepReviewing,
     StepStarted,
     UsageRecorded,
     Verb,
@@ -51,6 +52,8 @@ def identity(event: Event) -> Hashable | None:
             return ("dispatched", event.step_id, event.attempt)
         case StepStarted():
             return ("started", event.step_id, event.attempt, event.executor, event.delivery)
+        case StepReviewing():
+            return ("reviewing", event.step_id, event.attempt)
         case StepFinished() | StepFailed() | CriticVerdict():
             return (type(event).__name__, event.step_id, event.attempt)
         case UsageRecorded():

@@ -31,6 +31,7 @@ from protocols import (
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepReviewing,
     StepStarted,
 )
 
@@ -108,6 +109,10 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
                 end(("step", event.step_id), event.ts)
             case StepFailed():
                 end(("step", event.step_id), event.ts, event.error)
+            case StepReviewing():
+                span = open_spans.get(("step", event.step_id))
+                if span is not None:
+                    span.add_event("under review", timestamp=_ns(event.ts))
             case CriticVerdict():
                 target = open_spans.get(("step", event.step_id)) or root
                 target.add_event("critic verdict", {

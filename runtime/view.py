@@ -23,6 +23,7 @@ from protocols import (
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepReviewing,
     StepStarted,
     Usage,
     UsageRecorded,
@@ -44,6 +45,8 @@ class _Row:
     started: float | None = None
     took: float | None = None
     note: str = ""
+    verdict: str = ""
+    depth: int = 0
 
 
 @dataclass
@@ -63,8 +66,10 @@ class RunView:
                 self.goal = event.goal
             case StepPlanned():
                 s = event.step
+                depth = max((self.rows[d].depth + 1 for d in s.depends_on if d in self.rows),
+                            default=0)
                 self.rows[s.id] = _Row(s.title or s.tool or (s.instruction or "")[:40], s.role,
-                                       ",".join(map(str, s.depends_on)) or "-")
+                                       ",".join(map(str, s.depends_on)) or "-", depth=depth)
             case StepDispatched():
                 row = self.rows[event.step_id]
                 row.state, row.attempt = "dispatched", event.attempt
@@ -79,10 +84,13 @@ class RunView:
                 row = self.rows[event.step_id]
                 row.state = "retrying" if event.will_retry else "failed"
                 row.note = event.error[:200]
+            case StepReviewing():
+                row = self.rows[event.step_id]
+                row.state, row.verdict = "reviewing", ""
             case CriticVerdict():
                 row = self.rows[event.step_id]
-                verdict = "approved" if event.approved else "rejected"
-                row.note = f"critic {verdict}: {event.critique[:200]}"
+                row.verdict = "✓ approved" if event.approved else "✗ rejected"
+                row.note = f"critic: {event.critique[:200]}"
             case PlanRejected():
                 self.notes.append(f"plan rejected: {event.error[:100]}")
                 # The planner drops the rejected plan's steps that were never dispatched.
@@ -108,17 +116,19 @@ class RunView:
     def render(self, width: int = 120) -> RenderableType:
         """The table, fitted to ``width`` columns (the output column gets what is left)."""
         table = Table(title=f"{self.run_id}: {self.goal}", title_justify="left", expand=False)
-        for col in ("#", "role", "deps", "title", "state", "took"):
-            table.add_column(col, no_wrap=True, max_width=22)
-        room = max(12, width - 78)
+        for col in ("#", "role", "deps", "step", "state", "critic", "took"):
+            table.add_column(col, no_wrap=True, max_width=24)
+        room = max(12, width - 92)
         table.add_column("output", no_wrap=True, max_width=room)
         now = time.time()
         for sid, row in sorted(self.rows.items()):
             took = row.took if row.took is not None else (
                 now - row.started if row.started and row.state == "running" else None)
             state = row.state + (f" #{row.attempt}" if row.attempt > 1 else "")
-            table.add_row(str(sid), row.role, row.deps, row.title,
-                          Text(state, style=_STYLE.get(row.state, "")),
+            # The DAG's shape: each step indented below the deepest step it depends on.
+            shape = ("  " * (row.depth - 1) + "└ " if row.depth else "") + row.title
+            table.add_row(str(sid), row.role, row.deps, shape,
+                          Text(state, style=_STYLE.get(row.state, "")), row.verdict,
                           f"{took:.2f}s" if took is not None else "",
                           _clip(row.note or row.executor, room))
         parts: list[RenderableType] = [table]

@@ -28,6 +28,7 @@ from protocols import (
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepReviewing,
     StepStarted,
     Stream,
     UsageRecorded,
@@ -40,6 +41,7 @@ from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.testing import Latency, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.view import RunView
 
 from .harness import (
     RUN_TIMEOUT,
@@ -274,6 +276,15 @@ async def test_critic_model_rejects_and_the_step_is_redone(nats_url: str, prefix
     assert [e.attempt for e in out.dispatched(1)] == [1, 2]
     assert "it prints 41, not 42" in last_user_message(out.by_role("coder")[1])
     assert "print(42)" in out.finished(1).output
+    # Under review is an event of its own, before each verdict; the view keeps the verdict.
+    reviewing = out.of(StepReviewing)
+    assert [(e.attempt, e.executor.split("/")[0]) for e in reviewing] == [(1, "coder"),
+                                                                         (2, "coder")]
+    assert all(r.seq < v.seq for r, v in zip(reviewing, out.of(CriticVerdict), strict=True))
+    view = RunView(out.run_id)
+    for event in out.events:
+        view.apply(event)
+    assert view.rows[1].state == "done" and view.rows[1].verdict == "✓ approved"
 
 
 # -- replanning --------------------------------------------------------------------------
