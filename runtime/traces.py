@@ -1,8 +1,8 @@
 """A run's events as OpenTelemetry spans, after the GenAI agent conventions.
 
 The events already say when each thing started and ended, on every machine, so a trace is
-derived from them rather than recorded inside the actors: one ``invoke_agent`` span for the
-run, a ``plan`` span per plan attempt, and per step attempt an ``execute_tool`` span (tool
+derived from them rather than recorded inside the actors: one ``invoke_workflow`` span for
+the run, a ``plan`` span per plan attempt, and per step attempt an ``execute_tool`` span (tool
 steps) or an ``invoke_agent`` span (steps a role's model does), with critic verdicts,
 replans and refusals as span events. Needs the ``otel`` extra.
 """
@@ -51,8 +51,8 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
         raise ValueError("a trace starts at the run's first event (event.run.started)")
     first: RunStarted = events[0]
     root: Any = tracer.start_span(
-        "invoke_agent plancast", start_time=_ns(first.ts), attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "plancast",
+        "invoke_workflow plancast", start_time=_ns(first.ts), attributes={
+            "gen_ai.operation.name": "invoke_workflow", "gen_ai.agent.name": "plancast",
             "plancast.run_id": first.run_id, "plancast.goal": first.goal[:TEXT_LIMIT],
             "plancast.planner": first.planner})
     parent = set_span_in_context(root)
@@ -66,11 +66,12 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
                                             attributes=attributes)
         made += 1
 
-    def end(key: Any, ts: float, error: str = "") -> Span | None:
+    def end(key: Any, ts: float, error: str = "", error_type: str = "") -> Span | None:
         span = open_spans.pop(key, None)
         if span is not None:
             if error:
                 span.set_status(Status(StatusCode.ERROR, error[:TEXT_LIMIT]))
+                span.set_attribute("error.type", error_type or "error")
             span.end(end_time=_ns(ts))
         return span
 
@@ -83,7 +84,7 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
             case PlanFinished():
                 end("plan", event.ts)
             case PlanRejected():
-                end("plan", event.ts, f"plan rejected: {event.error}")
+                end("plan", event.ts, f"plan rejected: {event.error}", "plan_rejected")
             case StepPlanned():
                 steps[event.step.id] = event.step
             case StepDispatched():
@@ -108,7 +109,7 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
                     span.set_attribute("plancast.output", event.output[:TEXT_LIMIT])
                 end(("step", event.step_id), event.ts)
             case StepFailed():
-                end(("step", event.step_id), event.ts, event.error)
+                end(("step", event.step_id), event.ts, event.error, event.cause)
             case StepReviewing():
                 span = open_spans.get(("step", event.step_id))
                 if span is not None:
@@ -132,6 +133,7 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
                                      "plancast.cost_usd": event.usage.cost_usd})
                 if isinstance(event, RunFailed):
                     root.set_status(Status(StatusCode.ERROR, event.reason[:TEXT_LIMIT]))
+                    root.set_attribute("error.type", event.cause or event.stage)
     last = events[-1].ts
     for key in list(open_spans):
         end(key, last)

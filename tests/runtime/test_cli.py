@@ -456,13 +456,19 @@ async def test_a_worker_without_nats_or_a_local_deployment_says_it_serves_alone(
 @pytest.mark.anyio
 async def test_watch_replays_a_run_late_and_runs_lists_it(nats_url: str, prefix: str,
                                                           tmp_path: Path) -> None:
-    async with open_scripted_model_server(Scenario(rules=RULES)) as model:
+    """``watch`` attached while the run goes and after it ended prints the same events."""
+    where = ["--nats", nats_url, "--prefix", prefix]
+    rules = [Rule(role="planner", lines=[echo(1, "hello"), plan_line(
+        2, tool="sleep", args={"seconds": 3}), echo(3, "$1, world", depends_on=[2])]),
+        finish("hello, world")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, make_team(model.base_url),
                                    builtin_tools(plugins=False)) as bus:
             accepted = await submit(bus, RunRequest(goal="greet the world"))
+            live = await plancast("watch", accepted.run_id, "--json", *where, cwd=tmp_path)
             events = [e async for e in follow(bus, accepted.run_id)]
-    where = ["--nats", nats_url, "--prefix", prefix]
+    assert live.returncode == 0 and events_of(live) == events, stderr_tail(live)
     watched = await plancast("watch", accepted.run_id, "--json", *where, cwd=tmp_path)
     shown = await plancast("watch", accepted.run_id, *where, cwd=tmp_path)
     listed = await plancast("runs", "--json", *where, cwd=tmp_path)
@@ -472,7 +478,7 @@ async def test_watch_replays_a_run_late_and_runs_lists_it(nats_url: str, prefix:
     assert shown.returncode == 0 and "answer: hello, world" in shown.stdout.decode()
     [row] = json.loads(listed.stdout)
     assert row["run_id"] == accepted.run_id and row["status"] == "finished"
-    assert row["steps_done"] == row["steps_total"] == 2 and row["tokens"] > 0
+    assert row["steps_done"] == row["steps_total"] == 3 and row["tokens"] > 0
     assert accepted.run_id in table.stdout.decode() and "finished" in table.stdout.decode()
     said = unknown.stderr.decode().strip().splitlines()
     assert unknown.returncode == 2 and len(said) == 1 and "plancast runs" in said[0], said

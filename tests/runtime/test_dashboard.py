@@ -52,6 +52,7 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             await page.goto(f"{url}/#{accepted.run_id}")
             # Live: step 2 is drawn running before the run ends.
             await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
+            await page.screenshot(path=tmp_path / "dashboard-live.png", full_page=True)
             await page.wait_for_selector("#outcome.failed", timeout=60_000)
             live = await _states(page)
             # Late: a new page replays the ended run from its first event.
@@ -63,12 +64,14 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             await late.check("#failed-only")
             assert [await r.get_attribute("data-step")
                     for r in await late.query_selector_all(".row")] == ["3"]
+            await late.screenshot(path=tmp_path / "dashboard-failed-only.png", full_page=True)
             await late.uncheck("#failed-only")
             await late.click('.row[data-step="1"]')
             assert await late.text_content("#detail") == HOSTILE  # text, not an element
             assert await late.query_selector("#detail img") is None
             assert await late.title() == "plancast"
             assert len(await late.query_selector_all("#dag g.node")) == 3
+            await late.screenshot(path=tmp_path / "dashboard-late.png", full_page=True)
             # The run list links to the run.
             listing = await browser.new_page()
             await listing.goto(url)

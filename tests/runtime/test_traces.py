@@ -39,8 +39,8 @@ async def test_a_runs_events_become_a_tree_of_genai_spans(nats_url: str, prefix:
     made = export_run(out.events, provider)
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert made == len(exporter.get_finished_spans()) == 5
-    root = spans["invoke_agent plancast"]
-    assert set(spans) == {"invoke_agent plancast", "plan", "execute_tool echo",
+    root = spans["invoke_workflow plancast"]
+    assert set(spans) == {"invoke_workflow plancast", "plan", "execute_tool echo",
                           "invoke_agent agent", "execute_tool math"}
     assert all(s.parent is not None and s.parent.span_id == root.context.span_id
                for s in spans.values() if s is not root)
@@ -50,6 +50,8 @@ async def test_a_runs_events_become_a_tree_of_genai_spans(nats_url: str, prefix:
     math = spans["execute_tool math"]
     assert math.status.status_code is StatusCode.ERROR and "division by zero" in str(
         math.status.description)
+    assert math.attributes is not None and math.attributes["error.type"] == "error"
+    assert root.attributes["error.type"] == "no_replans"
     echo_span = spans["execute_tool echo"]
     assert echo_span.attributes is not None and echo_span.attributes["plancast.output"] == "one"
     assert echo_span.start_time is not None and root.start_time is not None
@@ -69,7 +71,7 @@ async def test_plancast_trace_sends_the_spans_to_a_collector(
     assert result.returncode == 0, result.stderr.decode()
     names = [span.name for request in received for rs in request.resource_spans
              for ss in rs.scope_spans for span in ss.spans]
-    assert sorted(names) == ["execute_tool echo", "invoke_agent plancast", "plan"]
+    assert sorted(names) == ["execute_tool echo", "invoke_workflow plancast", "plan"]
     assert "sent 3 spans" in result.stderr.decode()
 
 
