@@ -259,11 +259,24 @@ def _reader_gone() -> None:
     raise SystemExit(0)
 
 
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+"""Click's usage error (typer vendors click in newer versions, so it is found, not imported)."""
+
+
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
+    except _USAGE_ERROR as exc:  # a mistyped command, option or value: one line, exit 2
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "plancast"
+        print_error(f"{exc.format_message()} (see `{where} --help`)")  # type: ignore[attr-defined]
+        raise SystemExit(2) from None
+    except typer.Abort:  # Ctrl-C at a prompt
+        raise SystemExit(130) from None
     except BrokenPipeError:
         _reader_gone()
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 from . import cli_auth, cli_runs, cli_serve  # noqa: E402, F401  (register their commands)

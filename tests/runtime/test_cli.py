@@ -419,6 +419,7 @@ UNKNOWN_KIND_TEAM = '[roles.r]\nkind = "nope"\ntool_steps_only = true\n'
     (["worker", "--role", "planner"], NO_MODEL_TEAM, "[roles.planner]"),  # not eaten as markup
     (["run", "goal"], UNKNOWN_KIND_TEAM, "kind 'nope'"),
     (["up", "--prefix", "bad prefix"], NO_MODEL_TEAM, "invalid prefix"),
+    (["demo", "--time-scale", "-1"], None, "--time-scale"),  # a usage error, one line too
 ])
 async def test_a_newcomers_mistake_is_one_line_and_exit_2(
     tmp_path: Path, argv: list[str], team: str | None, said: str
