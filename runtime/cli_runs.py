@@ -228,9 +228,7 @@ def watch(
 
     async def main() -> int:
         async with open_bus(settings, ensure_streams=False) as bus:
-            if not await _exists(bus, run_id):
-                print_error(f"no run {run_id} under prefix {bus.prefix!r} on {bus.server_url}: "
-                            "list them with `plancast runs`")
+            if not await _known_run(bus, run_id):
                 return 2
             return await _show(bus, run_id, as_json, cancels=False)
 
@@ -273,10 +271,13 @@ def _deployment(settings: Settings, command: str) -> Settings:
     return settings
 
 
-async def _exists(bus: Bus, run_id: str) -> bool:
+async def _known_run(bus: Bus, run_id: str) -> bool:
+    """Whether the deployment has this run; if not, says so in one line."""
     try:
         kv = await bus.js.key_value(runs_bucket(bus.prefix))
         await kv.get(run_key(run_id))
     except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+        print_error(f"no run {run_id} under prefix {bus.prefix!r} on {bus.server_url}: list "
+                    "them with `plancast runs`")
         return False
     return True

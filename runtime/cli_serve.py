@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .cli import ConnectTimeoutOpt, CredsOpt, NatsOpt, PrefixOpt, VerboseOpt, _run_async, app
-from .cli_runs import _deployment, _exists
+from .cli_runs import _deployment, _known_run
 from .cli_setup import build_settings, err_console, print_error, setup_logging
 from .client import follow
 from .connection import open_bus
@@ -82,9 +82,7 @@ def trace(
 
     async def main() -> int:
         async with open_bus(settings, ensure_streams=False) as bus:
-            if not await _exists(bus, run_id):
-                print_error(f"no run {run_id} under prefix {bus.prefix!r}: list them with "
-                            "`plancast runs`")
+            if not await _known_run(bus, run_id):
                 return 2
             events = [event async for event in follow(bus, run_id)]
         exporter = OTLPSpanExporter(endpoint=otlp, timeout=10)
