@@ -220,6 +220,11 @@ class Run:
         ``outcomes.Early``."""
         try:
             async with self.lock:
+                if self.scope.cancel_called:
+                    # This planner let the run go (it lost the lease, or the fence) while
+                    # the outcome waited: whatever it was doing may be cut short, so
+                    # nothing more is applied here. The run's new owner gets the message.
+                    raise Fenced(f"run {self.run_id} is no longer driven here")
                 if self.record.status != "active" or self.events.closed:
                     log.info("run %s has ended; %s changes nothing", self.run_id,
                              type(message).__name__)
