@@ -16,10 +16,9 @@ from typing import Annotated
 import anyio
 import msgspec
 import typer
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from rich.live import Live
 
-from protocols import RunFailed, RunFinished, RunRequest, encode, run_key, runs_bucket
+from protocols import RunFailed, RunFinished, RunRequest, encode
 
 from . import preflight
 from .bus import Bus
@@ -42,7 +41,7 @@ from .connection import open_bus
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
 from .process import open_deployment
 from .settings import Settings
-from .status import collect_runs, render_runs
+from .status import collect_runs, read_run, render_runs
 from .testing import load_scenario, open_scripted_model_server
 from .tools import builtin_tools
 from .tools.sandbox import find_bwrap
@@ -273,10 +272,7 @@ def _deployment(settings: Settings, command: str) -> Settings:
 
 async def _known_run(bus: Bus, run_id: str) -> bool:
     """Whether the deployment has this run; if not, says so in one line."""
-    try:
-        kv = await bus.js.key_value(runs_bucket(bus.prefix))
-        await kv.get(run_key(run_id))
-    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+    if await read_run(bus, run_id) is None:
         print_error(f"no run {run_id} under prefix {bus.prefix!r} on {bus.server_url}: list "
                     "them with `plancast runs`")
         return False

@@ -37,13 +37,14 @@ def serve(
     settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "serve")
 
     async def main() -> int:
-        config = uvicorn.Config(gateway(settings), host=host, port=port, lifespan="on",
-                                log_level="debug" if verbose else "warning")
-        server = uvicorn.Server(config)
-        err_console.print(f"gateway for {settings.nats_url} (prefix {settings.prefix}) on "
-                          f"http://{host}:{port}; OpenAPI at /openapi.json", markup=False,
-                          highlight=False, soft_wrap=True)
-        await server.serve()
+        # Connected before serving: an unreachable NATS is one line, not a failed start-up.
+        async with open_bus(settings, ensure_streams=False) as bus:
+            config = uvicorn.Config(gateway(bus), host=host, port=port, lifespan="off",
+                                    log_level="debug" if verbose else "warning")
+            err_console.print(f"gateway for {settings.nats_url} (prefix {settings.prefix}) "
+                              f"on http://{host}:{port}; OpenAPI at /openapi.json",
+                              markup=False, highlight=False, soft_wrap=True)
+            await uvicorn.Server(config).serve()
         return 0
 
     _run_async(main, verbose=verbose)

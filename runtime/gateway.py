@@ -11,12 +11,10 @@ without gaps or repeats. Needs the ``serve`` extra (starlette, uvicorn, sse-star
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,36 +23,23 @@ from starlette.routing import Route
 
 from protocols import (
     RunAccepted,
-    RunId,
-    RunRecord,
     RunRequest,
     decode,
     encode,
-    run_key,
-    runs_bucket,
 )
 from protocols.codec import UNREADABLE
 
 from .bus import Bus
 from .client import RunNotAccepted, follow, submit
-from .connection import open_bus
-from .settings import Settings
-from .status import collect_runs
+from .status import collect_runs, read_run
 
 PING = 15.0
 """Seconds between keep-alive comments on an idle event stream."""
 
 
-def gateway(settings: Settings) -> Starlette:
-    """The ASGI application; it connects to NATS when it starts and closes when it stops."""
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            app.state.bus = bus
-            yield
-
-    return Starlette(lifespan=lifespan, routes=[
+def gateway(bus: Bus) -> Starlette:
+    """The ASGI application, serving the deployment ``bus`` is connected to."""
+    app = Starlette(routes=[
         Route("/runs", submit_run, methods=["POST"]),
         Route("/runs", list_runs, methods=["GET"]),
         Route("/runs/{run_id}", get_run, methods=["GET"]),
@@ -62,6 +47,8 @@ def gateway(settings: Settings) -> Starlette:
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/", dashboard, methods=["GET"]),
     ])
+    app.state.bus = bus
+    return app
 
 
 def _bus(request: Request) -> Bus:
@@ -101,7 +88,7 @@ async def list_runs(request: Request) -> Response:
 
 async def get_run(request: Request) -> Response:
     """The run's stored state: status, and its answer (or failure) once it ended."""
-    record = await _record(_bus(request), request.path_params["run_id"])
+    record = await read_run(_bus(request), request.path_params["run_id"])
     if record is None:
         return _error(404, f"no run {request.path_params['run_id']}")
     return _json({"run_id": record.run_id, "goal": record.request.goal,
@@ -113,7 +100,7 @@ async def run_events(request: Request) -> Response:
     """The run's events as Server-Sent Events, from the first (or after ``Last-Event-ID``)
     to the last; the stream ends after ``event.run.finished`` or ``event.run.failed``."""
     bus, run_id = _bus(request), request.path_params["run_id"]
-    if await _record(bus, run_id) is None:
+    if await read_run(bus, run_id) is None:
         return _error(404, f"no run {run_id}")
     try:
         after = int(request.headers.get("last-event-id", "0") or 0)
@@ -127,19 +114,6 @@ async def run_events(request: Request) -> Response:
                        "data": encode(event).decode()}
 
     return EventSourceResponse(events(), ping=PING)
-
-
-async def _record(bus: Bus, run_id: str) -> RunRecord | None:
-    """The run's stored header; None for an unknown run or an id that cannot be one."""
-    try:
-        msgspec.convert(run_id, RunId)
-        kv = await bus.js.key_value(runs_bucket(bus.prefix))
-        entry = await kv.get(run_key(run_id))
-        record: RunRecord = decode(entry.value or b"", RunRecord)
-    except (msgspec.ValidationError, BucketNotFoundError, KeyNotFoundError, NotFoundError,
-            *UNREADABLE):
-        return None
-    return record
 
 
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"

@@ -12,12 +12,22 @@ import time
 
 import anyio
 import msgspec
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from protocols import Heartbeat, RunRecord, StepRecord, Verb, decode, runs_bucket, subject
+from protocols import (
+    Heartbeat,
+    RunId,
+    RunRecord,
+    StepRecord,
+    Verb,
+    decode,
+    run_key,
+    runs_bucket,
+    subject,
+)
 from protocols.codec import UNREADABLE
 
 from .bus import Bus
@@ -120,6 +130,19 @@ async def collect_actors(bus: Bus, wait: float) -> list[ActorStatus]:
         )
         for _, (beat, heard) in sorted(latest.items())
     ]
+
+
+async def read_run(bus: Bus, run_id: str) -> RunRecord | None:
+    """A run's stored header; None for an unknown run or an id that cannot be one."""
+    try:
+        msgspec.convert(run_id, RunId)
+        kv = await bus.js.key_value(runs_bucket(bus.prefix))
+        entry = await kv.get(run_key(run_id))
+        record: RunRecord = decode(entry.value or b"", RunRecord)
+    except (msgspec.ValidationError, BucketNotFoundError, KeyNotFoundError, NotFoundError,
+            *UNREADABLE):
+        return None
+    return record
 
 
 async def collect_runs(bus: Bus, *, now: float | None = None, active_only: bool = True,

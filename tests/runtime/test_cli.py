@@ -420,6 +420,8 @@ UNKNOWN_KIND_TEAM = '[roles.r]\nkind = "nope"\ntool_steps_only = true\n'
     (["run", "goal"], UNKNOWN_KIND_TEAM, "kind 'nope'"),
     (["up", "--prefix", "bad prefix"], NO_MODEL_TEAM, "invalid prefix"),
     (["demo", "--time-scale", "-1"], None, "--time-scale"),  # a usage error, one line too
+    (["serve", "--nats", "nats://127.0.0.1:1", "--connect-timeout", "1"], None,
+     "cannot connect to NATS"),
 ])
 async def test_a_newcomers_mistake_is_one_line_and_exit_2(
     tmp_path: Path, argv: list[str], team: str | None, said: str
