@@ -23,6 +23,7 @@ import pytest
 from anyio.abc import Process
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from protocols import RunFinished, RunRequest, RunStarted, StepStarted, Verb, subject
 from runtime import telemetry
@@ -243,6 +244,30 @@ def test_tracing_asked_for_without_the_extra_is_one_line() -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in lines[0] and "plancast[otel]" in lines[0]
+
+
+def test_a_tasks_trace_headers_are_untrusted_input() -> None:
+    """A malformed ``traceparent`` (or an oversized ``tracestate``) from whoever published
+    the task is ignored: the work gets a trace of its own, nothing raises."""
+    from runtime.telemetry_sdk import Tracing
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter, capture=False)
+    parent = f"00-{'ab' * 16}-{'cd' * 8}-01"
+    cases = {"garbage": {"traceparent": "not a trace"},
+             "zeros": {"traceparent": f"00-{'0' * 32}-{'0' * 16}-01"},
+             "huge state": {"Traceparent": parent, "tracestate": "x" * 100_000},
+             "none": {}}
+    for name, headers in cases.items():
+        with tracing.work_span(headers, "execute_tool", name, {}):
+            pass
+    tracing.flush(5)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    for name in ("garbage", "zeros", "none"):
+        assert spans[f"execute_tool {name}"].parent is None, name
+    huge = spans["execute_tool huge state"]
+    assert huge.parent is not None and huge.parent.span_id == int("cd" * 8, 16)
+    assert huge.context is not None and len(huge.context.trace_state) == 0
 
 
 # -- processes -----------------------------------------------------------------------------
