@@ -108,10 +108,9 @@ def configure(settings: Settings, *, exporter: Any = None) -> bool:
         return False
     try:
         from . import telemetry_sdk
-    except ImportError as exc:
-        log.warning("tracing is asked for (%s) but the otel extra is missing (%s): install "
-                    "it with pip install 'plancast[otel]', or unset %s; running without "
-                    "traces", why, exc.name, why)
+    except ImportError:
+        log.warning("tracing is on (%s) but the otel extra is missing: pip install "
+                    "'plancast[otel]', or unset %s; running without traces", why, why)
         return False
     try:
         _tracing = telemetry_sdk.Tracing(exporter, capture=_capture())

@@ -25,7 +25,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from protocols import RunFinished, RunRequest, RunStarted, StepStarted, Verb, subject
+from protocols import (
+    PlanFinished,
+    RunFailed,
+    RunRequest,
+    RunResumed,
+    RunStarted,
+    StepStarted,
+    Verb,
+    subject,
+)
 from runtime import telemetry
 from runtime.bus import Bus
 from runtime.client import submit
@@ -35,7 +44,7 @@ from runtime.testing import Rule, open_scripted_model_server, parse_scenario
 
 from ..actors.harness import echo, finish, run_team
 from ..durability.harness import env_for, following
-from ..subprocesses import PLANCAST, ROOT
+from ..subprocesses import PLANCAST, ROOT, clean_env
 from .test_traces import _collector
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +78,7 @@ kind = "planner"
 model = {model}
 
 [roles.worker]
-tools = ["echo", "sleep"]
+tools = ["echo", "sleep", "math"]
 tool_steps_only = true
 
 [roles.writer]
@@ -159,39 +168,48 @@ async def test_one_trace_spans_the_planner_executors_critic_and_synthesizer(
 async def test_a_planner_that_adopts_a_run_continues_its_trace(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    """The first planner stops while a step runs; the second adopts the run and ends it:
-    its run span is the one the first planner's spans and the executor's already name."""
-    plan = [{"id": 1, "role": "worker", "tool": "sleep", "args": {"seconds": 3}}]
+    """The first planner stops while step 1 runs; the second adopts the run, whose step 2
+    then fails for good: its run span is the one the first planner's spans and the
+    executor's already name, and it ends with the failure's ``error.type``."""
+    plan = [{"id": 1, "role": "worker", "tool": "sleep", "args": {"seconds": 3}},
+            {"id": 2, "role": "worker", "tool": "math", "args": {"expression": "1/0"},
+             "depends_on": [1]}]
     rules = json.dumps({"rules": [
-        {"role": "planner", "lines": [json.dumps(line) for line in plan]},
-        {"role": "synthesizer", "text": json.dumps({"action": "finish", "answer": "slept"})}]})
+        {"role": "planner", "lines": [json.dumps(line) for line in plan]}]})
     async with open_scripted_model_server(parse_scenario(rules, fmt="json")) as model:
         team = tmp_path / "team.toml"
         team.write_text(team_toml(model.base_url))
         env = env_for(nats_url, prefix, tmp_path)
         async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus, \
-                _traced(team, "worker,synthesizer", tmp_path / "workers.json", env):
+                _traced(team, "worker", tmp_path / "workers.json", env):
             async with _traced(team, "planner", tmp_path / "first.json", env):
-                accepted = await submit(bus, RunRequest(goal="adopt me"))
+                accepted = await submit(bus, RunRequest(goal="adopt me", max_replans=0))
                 async with following(bus, accepted.run_id) as events:
+                    await events.until(lambda e: isinstance(e, PlanFinished))
                     await events.until(lambda e: isinstance(e, StepStarted))
             # The first planner has stopped (and written its spans); a second one adopts.
             async with _traced(team, "planner", tmp_path / "second.json", env), \
                     following(bus, accepted.run_id) as events:
-                await events.until(lambda e: isinstance(e, RunFinished))
+                await events.until(lambda e: isinstance(e, RunFailed))
                 started = events.of(RunStarted)[0]
+                assert events.of(RunResumed)
     first = [_from_json(s) for s in json.loads((tmp_path / "first.json").read_text())]
     second = [_from_json(s) for s in json.loads((tmp_path / "second.json").read_text())]
     workers = [_from_json(s) for s in json.loads((tmp_path / "workers.json").read_text())]
     assert [s["name"] for s in first] == ["plan"]
     assert [s["name"] for s in second] == ["invoke_workflow plancast"]
     root = second[0]
-    assert sorted(s["name"] for s in workers) == ["execute_tool sleep",
-                                                  "invoke_agent synthesizer"]
+    assert sorted(s["name"] for s in workers) == ["execute_tool math", "execute_tool math",
+                                                  "execute_tool sleep"]  # two attempts
     for span in [*first, *workers]:
         assert (span["trace_id"], span["parent_id"]) == (root["trace_id"], root["span_id"])
     # The adopting planner's run span starts when the run did, under the first planner.
     assert abs(root["start"] - started.ts) < 1.0
+    assert (root["status"], root["attributes"]["error.type"]) == ("ERROR", "no_replans")
+    for span in workers:
+        if span["name"] == "execute_tool math":
+            assert (span["status"], span["attributes"]["error.type"]) == ("ERROR", "ToolError")
+            assert span["attributes"]["plancast.step_id"] == 2
 
 
 async def test_with_tracing_off_tasks_carry_no_traceparent(nats_url: str, prefix: str) -> None:
@@ -229,21 +247,34 @@ def test_the_core_never_imports_opentelemetry() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_tracing_asked_for_without_the_extra_is_one_line() -> None:
-    code = ("import logging, sys\n"
-            "sys.modules['opentelemetry'] = None  # as if the otel extra were not installed\n"
-            "logging.basicConfig(format='%(message)s')\n"
-            "from runtime import telemetry\n"
-            "from runtime.settings import Settings\n"
-            "assert not telemetry.configure(Settings())\n")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PLANCAST_"))},
-           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                            capture_output=True, text=True, check=False, timeout=60)
-    assert result.returncode == 0, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in lines[0] and "plancast[otel]" in lines[0]
+async def test_tracing_asked_for_without_the_extra_is_one_line(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """``plancast worker`` with tracing on but no opentelemetry to import: one line at
+    start-up, then it serves as usual."""
+    blocker = tmp_path / "no-otel"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['opentelemetry'] = None  # as if the extra were missing\n")
+    team = tmp_path / "team.toml"
+    team.write_text('[roles.worker]\ntools = ["echo"]\ntool_steps_only = true\n')
+    env = {**clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix, PLANCAST_TRACING="true",
+                       PLANCAST_HEARTBEAT_INTERVAL="0.5", PYTHONPATH=str(blocker)),
+           "COLUMNS": "300"}
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        beats = await bus.nc.subscribe(subject(bus.prefix, Verb.HEARTBEAT, "worker", "*",
+                                               wildcard=True))
+        proc = await anyio.open_process([PLANCAST, "worker", "--role", "worker", "--team",
+                                         str(team)], env=env, cwd=tmp_path, stdout=None)
+        try:
+            for _ in range(2):  # the second comes once it serves (and handles SIGTERM)
+                await beats.next_msg(timeout=30)
+        finally:
+            await _stopped(proc, keep_stderr=True)
+    assert proc.returncode == 0
+    lines = [line for line in proc.stderr_text.splitlines() if "otel" in line]
+    assert len(lines) == 1, proc.stderr_text
+    assert "PLANCAST_TRACING" in lines[0] and "pip install 'plancast[otel]'" in lines[0]
 
 
 def test_a_tasks_trace_headers_are_untrusted_input() -> None:
@@ -297,13 +328,14 @@ async def _traced(team: Path, roles: str, spans: Path, env: dict[str, str],
 @asynccontextmanager
 async def _worker(bus: Bus, team: Path, role: str, env: dict[str, str],
                   ) -> AsyncIterator[Process]:
-    """``plancast worker --role ROLE``, once its heartbeat is heard."""
+    """``plancast worker --role ROLE``, once its second heartbeat is heard (it serves)."""
     beats = await bus.nc.subscribe(subject(bus.prefix, Verb.HEARTBEAT, role, "*",
                                            wildcard=True))
     proc = await anyio.open_process([PLANCAST, "worker", "--role", role, "--team", str(team)],
                                     env=env, cwd=ROOT, stdout=None, stderr=None)
     try:
-        await beats.next_msg(timeout=30)
+        for _ in range(2):
+            await beats.next_msg(timeout=30)
         await beats.unsubscribe()
         yield proc
     finally:
@@ -311,8 +343,9 @@ async def _worker(bus: Bus, team: Path, role: str, env: dict[str, str],
     assert proc.returncode == 0, f"plancast worker exited {proc.returncode}"
 
 
-async def _stopped(proc: Process) -> None:
-    """SIGTERM (drain), then wait for the exit; SIGKILL if it does not come."""
+async def _stopped(proc: Process, *, keep_stderr: bool = False) -> None:
+    """SIGTERM (drain), then wait for the exit; SIGKILL if it does not come.
+    ``keep_stderr``: what it wrote there becomes ``proc.stderr_text``."""
     if proc.returncode is None:
         proc.send_signal(signal.SIGTERM)
     with anyio.move_on_after(30):
@@ -320,6 +353,9 @@ async def _stopped(proc: Process) -> None:
     if proc.returncode is None:
         proc.kill()
         await proc.wait()
+    if keep_stderr and proc.stderr is not None:
+        chunks = [chunk async for chunk in proc.stderr]
+        proc.stderr_text = b"".join(chunks).decode()  # type: ignore[attr-defined]
     await proc.aclose()
 
 
