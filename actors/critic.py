@@ -11,7 +11,8 @@ import ast
 import re
 from collections.abc import Sequence
 
-from protocols import Message, ReviewTask, Stream, Verb, Verdict
+from protocols import Message, ReviewTask, Stream, Usage, Verb, Verdict
+from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import run_agent
 from runtime.delivery import Delivery
@@ -58,6 +59,19 @@ class Critic(RoleActor):
 
     @on(ReviewTask)
     async def review(self, task: ReviewTask, delivery: Delivery) -> None:
+        with telemetry.review_span(delivery, task, role=self.name) as span:
+            approved, critique, usage = await self._judge(task, span)
+            span.set("plancast.approved", approved)
+            span.content("gen_ai.output.messages", critique)
+        await self.bus.publish_durable(
+            self.bus.subject(Verb.RESULT, task.run_id, self.name),
+            Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
+                    approved=approved, critique=critique, usage=usage),
+            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{task.nonce}/verdict",
+        )
+
+    async def _judge(self, task: ReviewTask, span: telemetry.SpanLike) -> tuple[bool, str, Usage]:
+        """The verdict on the output: approved, the critique, and the model's usage."""
         outcome = await run_agent(
             self.model,
             [{"role": "system", "content": self.config.system_prompt or prompts.CRITIC},
@@ -66,6 +80,7 @@ class Critic(RoleActor):
             self.tools, max_rounds=self.config.max_tool_rounds,
             response_format=response_format(
                 VerdictAnswer, bool(self.config.options.get("structured_output"))),
+            span=span,
         )
         answer = find_json_object(outcome.text) or {}
         approved = answer.get("approved") is True
@@ -76,12 +91,7 @@ class Critic(RoleActor):
             failure = await self._run_code(task.output)
             if failure:
                 approved, critique = False, f"the code does not run: {failure}"
-        await self.bus.publish_durable(
-            self.bus.subject(Verb.RESULT, task.run_id, self.name),
-            Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
-                    approved=approved, critique=critique, usage=outcome.usage),
-            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{task.nonce}/verdict",
-        )
+        return approved, critique, outcome.usage
 
     async def _run_code(self, output: str) -> str:
         """The first failure of the output's code, or "" if it all runs (or there is none)."""

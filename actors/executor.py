@@ -16,6 +16,7 @@ import anyio
 import msgspec
 
 from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
+from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import run_agent
 from runtime.bus import StorageFull
@@ -68,19 +69,24 @@ class Executor(RoleActor):
         token = current_step.set(ctx)
         started = time.time()
         usage = Usage()
-        try:
-            with anyio.fail_after(task.timeout or math.inf):
-                output, usage = await self._execute(task)
-            outcome: dict[str, Any] = {"ok": True, "output": output}
-        except PlancastError as exc:
-            outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                       "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
-        except TimeoutError:
-            outcome = {"ok": False, "retryable": True,
-                       "error": f"timed out: the step ran longer than its {task.timeout:g}s "
-                                "timeout (raise step_timeout for the role, or timeout on the step)"}
-        finally:
-            current_step.reset(token)
+        with telemetry.step_span(delivery, task, role=self.name, executor=me) as span:
+            try:
+                with anyio.fail_after(task.timeout or math.inf):
+                    output, usage = await self._execute(task, span)
+                outcome: dict[str, Any] = {"ok": True, "output": output}
+                span.content("gen_ai.tool.call.result" if task.step.tool is not None
+                             else "gen_ai.output.messages", output)
+            except PlancastError as exc:
+                outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                           "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
+                span.fail(type(exc).__name__, outcome["error"])
+            except TimeoutError:
+                outcome = {"ok": False, "retryable": True, "error":
+                           f"timed out: the step ran longer than its {task.timeout:g}s timeout "
+                           "(raise step_timeout for the role, or timeout on the step)"}
+                span.fail("timeout", outcome["error"])
+            finally:
+                current_step.reset(token)
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
@@ -98,7 +104,7 @@ class Executor(RoleActor):
                                              error=f"its output could not be stored: {exc}")
             await self.bus.publish_durable(results, failed, msg_id=msg_id)
 
-    async def _execute(self, task: StepTask) -> tuple[str, Usage]:
+    async def _execute(self, task: StepTask, span: telemetry.SpanLike) -> tuple[str, Usage]:
         step = task.step
         if step.tool is not None:
             if step.tool not in self.tools:
@@ -106,6 +112,8 @@ class Executor(RoleActor):
                     f"role {self.name!r} may not use tool {step.tool!r}; its tools: "
                     f"{', '.join(self.tools.names()) or 'none'}"
                 )
+            if span.capture:
+                span.content("gen_ai.tool.call.arguments", msgspec.json.encode(step.args).decode())
             return await self.tools.run(step.tool, step.args), Usage()
         allowed = self.tools if step.tools is None else self.tools.subset(
             t for t in step.tools if t in self.tools
@@ -115,6 +123,6 @@ class Executor(RoleActor):
             [{"role": "system", "content": self.config.system_prompt or prompts.EXECUTOR},
              {"role": "user", "content": prompts.step_request(
                  task.goal, step, task.inputs, task.feedback)}],
-            allowed, max_rounds=self.config.max_tool_rounds,
+            allowed, max_rounds=self.config.max_tool_rounds, span=span,
         )
         return outcome.text, outcome.usage

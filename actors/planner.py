@@ -26,6 +26,7 @@ from protocols import (
     ReplanRequest,
     RunAccepted,
     RunCancel,
+    RunFailed,
     RunOwner,
     RunRecord,
     RunRejected,
@@ -47,6 +48,7 @@ from protocols import (
     stream_name,
     subject,
 )
+from runtime import telemetry
 from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.bus import Fenced
 from runtime.delivery import Delivery
@@ -214,6 +216,7 @@ class Planner(RoleActor):
                           "lease ends", run_id)
         finally:
             self.runs.pop(run_id, None)
+            _trace_end(run)
             if run.record.status != "active":
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self.bus.js.delete_consumer(
@@ -310,3 +313,16 @@ class Planner(RoleActor):
             log.warning("adopting run %s from %s (its lease expired)", record.run_id,
                         record.owner)
             self._start(claimed, revision, adopted=True, previous=record.owner)
+
+
+def _trace_end(run: Run) -> None:
+    """Record the run's span if it ended here (a run lost to another planner is its)."""
+    if run.record.status == "active":
+        return
+    error = ""
+    if run.record.status == "failed":
+        ended = run.tail.terminal
+        error = (run.failure.cause or run.failure.stage) if run.failure is not None \
+            else (ended.cause or ended.stage) if isinstance(ended, RunFailed) else "failed"
+    telemetry.record_run(run.run_id, goal=run.request.goal, started_at=run.record.started_at,
+                         usage=run.usage, error_type=error, description=run.record.outcome)

@@ -41,6 +41,7 @@ from protocols import (
     nonce,
     stream_name,
 )
+from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull, Unsettled
 from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
@@ -197,7 +198,8 @@ class Run:
                              replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
-                                              f"/f{self.fence}")
+                                              f"/f{self.fence}",
+                                       headers=telemetry.task_headers(self.run_id))
         await self._until(lambda: self.decision is not None)
         self.synthesis_since = 0.0
         return self.decision
@@ -272,8 +274,8 @@ class Run:
     async def send(self, subject: str, message: Message, *, msg_id: str,
                    step_id: int = 0) -> None:
         """Send work now; it is confirmed stored before the state that says so is saved."""
-        self._unsettled.append((step_id, await self.bus.publish_soon(subject, message,
-                                                                     msg_id=msg_id)))
+        self._unsettled.append((step_id, await self.bus.publish_soon(
+            subject, message, msg_id=msg_id, headers=telemetry.task_headers(self.run_id))))
 
     async def _republish_ready(self) -> None:
         """Send again the tasks the log shows dispatched whose inputs are known again."""

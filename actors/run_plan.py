@@ -16,8 +16,9 @@ import msgspec
 
 from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
 from protocols.codec import UNREADABLE
+from runtime import telemetry
 from runtime.errors import PlanValidationError
-from runtime.llm import LineStream
+from runtime.llm import ChatMessage, LineStream
 from runtime.scheduler import references
 
 from . import prompts
@@ -40,17 +41,12 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
         )
-        messages = [{"role": "system",
-                     "content": run.planner.config.system_prompt or prompts.PLANNER},
-                    {"role": "user", "content": content}]
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": run.planner.config.system_prompt or prompts.PLANNER},
+            {"role": "user", "content": content}]
         try:
-            with anyio.move_on_after(team.timeouts.plan) as deadline:
-                steps = await _stream(run, round_, model.stream_lines(messages), accepted)
-            if deadline.cancelled_caught:
-                raise PlanValidationError(
-                    f"the planner's model did not finish the plan within "
-                    f"{team.timeouts.plan:g}s ([timeouts] plan); ask for fewer steps or raise "
-                    "the timeout")
+            with telemetry.plan_span(run.run_id, run.planner.name, round_, attempt) as span:
+                steps = await _traced_attempt(run, round_, messages, accepted, span)
             async with run.lock:
                 run.scheduler.close_plan()
                 run.plan_closed = True
@@ -73,6 +69,31 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
                 retrying=attempt < team.plan_attempts))
     raise RunFailure("plan", f"the plan was invalid {team.plan_attempts} time(s); "
                              f"last error: {error}", "plan")
+
+
+async def _traced_attempt(run: Run, round_: int, messages: list[ChatMessage],
+                          accepted: list[Step], span: telemetry.SpanLike) -> int:
+    """One streamed plan within its deadline; the number of steps the round has now."""
+    team, model = run.team, run.planner.model
+    lines = model.stream_lines(messages)
+    try:
+        with anyio.move_on_after(team.timeouts.plan) as deadline:
+            steps = await _stream(run, round_, lines, accepted)
+        if deadline.cancelled_caught:
+            raise PlanValidationError(
+                f"the planner's model did not finish the plan within "
+                f"{team.timeouts.plan:g}s ([timeouts] plan); ask for fewer steps or raise "
+                "the timeout")
+    except PlanValidationError as exc:
+        span.fail("plan_rejected", str(exc))
+        raise
+    finally:
+        span.model(model.settings.model, "", lines.usage or Usage(), [lines.finish_reason or ""])
+        if span.capture:
+            span.content("gen_ai.input.messages", msgspec.json.encode(messages).decode())
+            span.content("gen_ai.output.messages", lines.text)
+    span.set("plancast.steps", steps)
+    return steps
 
 
 async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step]) -> int:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
+from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.delivery import Delivery
+from runtime.llm import ChatMessage
 from runtime.role import RoleActor
 
 from . import prompts
@@ -28,12 +32,18 @@ class Synthesizer(RoleActor):
 
     @on(SynthesisTask)
     async def synthesize(self, task: SynthesisTask, delivery: Delivery) -> None:
-        completion = await self.model.complete([
+        messages: list[ChatMessage] = [
             {"role": "system", "content": self.config.system_prompt or prompts.SYNTHESIZER},
             {"role": "user", "content": prompts.synthesis_request(
-                task.goal, task.plan, task.results, task.failures, task.replans_left)},
-        ], response_format=response_format(
-            DecisionAnswer, bool(self.config.options.get("structured_output"))))
+                task.goal, task.plan, task.results, task.failures, task.replans_left)}]
+        with telemetry.synthesis_span(delivery, task, role=self.name) as span:
+            completion = await self.model.complete(messages, response_format=response_format(
+                DecisionAnswer, bool(self.config.options.get("structured_output"))))
+            span.model(self.model.settings.model, completion.model, completion.usage,
+                       [completion.finish_reason])
+            if span.capture:
+                span.content("gen_ai.input.messages", msgspec.json.encode(messages).decode())
+                span.content("gen_ai.output.messages", completion.text)
         answer = find_json_object(completion.text)
         if answer is None:  # plain prose is taken as the answer itself
             answer = {"action": "finish", "answer": completion.text.strip()}

@@ -15,6 +15,7 @@ import msgspec
 from protocols import Usage
 from protocols.codec import UNREADABLE
 
+from . import telemetry
 from .errors import PlancastError
 from .llm import ChatMessage, ModelClient
 from .tools import ToolRegistry
@@ -48,20 +49,26 @@ class AgentOutcome:
 
 async def run_agent(
     client: ModelClient, messages: list[ChatMessage], tools: ToolRegistry, *, max_rounds: int,
-    response_format: Mapping[str, Any] | None = None,
+    response_format: Mapping[str, Any] | None = None, span: telemetry.SpanLike = telemetry.OFF,
 ) -> AgentOutcome:
     """Ask the model; run the tools it calls (only those in ``tools``); repeat until it answers.
 
-    ``response_format`` (structured output) shapes the final answer.
+    ``response_format`` (structured output) shapes the final answer. ``span`` (the caller's
+    trace span) gets the model calls' usage; each tool call is a span of its own under it.
     """
+    if span.capture:
+        span.content("gen_ai.input.messages", _json(messages))
     messages = list(messages)
     usage = Usage()
     uses: list[ToolUse] = []
     specs = tools.specs() if len(tools) else None
+    reasons: list[str] = []
     for _ in range(max_rounds):
         completion = await client.complete(messages, tools=specs,
                                            response_format=response_format)
         usage = usage + completion.usage
+        reasons.append(completion.finish_reason)
+        span.model(client.settings.model, completion.model, usage, reasons)
         if not completion.tool_calls:
             return AgentOutcome(completion.text, usage, uses)
         messages.append({
@@ -74,7 +81,11 @@ async def run_agent(
             ],
         })
         for call in completion.tool_calls:
-            output, ok = await _call_tool(tools, call.name, call.arguments)
+            with telemetry.tool_span(call.name, call.id, call.arguments) as tool_span:
+                output, ok = await _call_tool(tools, call.name, call.arguments)
+                tool_span.content("gen_ai.tool.call.result", output)
+                if not ok:
+                    tool_span.fail("tool_error", output)
             uses.append(ToolUse(call.name, call.arguments, output, ok))
             messages.append({
                 "role": "tool", "tool_call_id": call.id,
@@ -96,3 +107,7 @@ async def _call_tool(tools: ToolRegistry, name: str, arguments: str) -> tuple[st
         return f"error: arguments are not valid JSON: {exc}", False
     except PlancastError as exc:
         return f"error: {exc}", False
+
+
+def _json(messages: list[ChatMessage]) -> str:
+    return msgspec.json.encode(messages).decode()

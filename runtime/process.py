@@ -10,6 +10,7 @@ from functools import partial
 
 import anyio
 
+from . import telemetry
 from .actor import Actor
 from .bus import Bus
 from .connection import open_bus
@@ -35,6 +36,17 @@ async def serve_actors(
     """
     stop = stop or anyio.Event()
     settings = actors[0].settings if actors else Settings()
+    telemetry.configure(settings)
+    try:
+        await _serve(actors, settings, stop, handle_signals, task_status)
+    finally:
+        if telemetry.enabled():  # spans go out before the process exits
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(telemetry.flush)
+
+
+async def _serve(actors: Sequence[Actor], settings: Settings, stop: anyio.Event,
+                 handle_signals: bool, task_status: anyio.abc.TaskStatus[None]) -> None:
     supervisor = Supervisor(
         [ChildSpec(f"{a.name}/{a.instance}", a.serve, Restart.TRANSIENT) for a in actors],
         strategy=Strategy.ONE_FOR_ONE,

@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     The server reserves it per stream. Full work and results streams refuse new messages;
     the events and dead-letter streams drop their oldest."""
 
+    tracing: bool = False
+    """Record OpenTelemetry spans (the ``otel`` extra); the standard ``OTEL_*`` variables
+    (an exporter or an OTLP endpoint) turn it on too. See ``runtime.telemetry``."""
+
     @field_validator("prefix")
     @classmethod
     def _valid_prefix(cls, value: str) -> str:
