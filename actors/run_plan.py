@@ -18,6 +18,7 @@ from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned
 from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
+from runtime.plans import check_tool_allowed
 from runtime.scheduler import references
 
 from . import prompts
@@ -27,8 +28,15 @@ if TYPE_CHECKING:
     from .run import Run
 
 
+GIVEN_PLAN = "given plan"
+"""The model a PlanStarted names when the run's request carried its first plan."""
+
+
 async def plan_round(run: Run, round_: int, reason: str) -> None:
     """Stream the plan into the scheduler, asking again after an invalid plan."""
+    if round_ == 0 and run.request.plan is not None:
+        await _given_plan(run, run.request.plan)
+        return
     accepted = accepted_in_round(run.scheduler, run.meta)
     error = ""
     team, model = run.team, run.planner.model
@@ -73,6 +81,24 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
                 retrying=attempt < team.plan_attempts))
     raise RunFailure("plan", f"the plan was invalid {team.plan_attempts} time(s); "
                              f"last error: {error}", "plan")
+
+
+async def _given_plan(run: Run, steps: list[Step]) -> None:
+    """The request's own first plan (a saved plan): no model call. The planner checked it
+    when it took the run on, so a step it now refuses fails the run, with no retry."""
+    await run.events.emit(PlanStarted(run_id=run.run_id, round=0, model=GIVEN_PLAN))
+    try:
+        for step in steps:
+            if step.id not in run.meta:  # a planner taking the run over may find some
+                await _accept(run, 0, step)
+        async with run.lock:
+            run.scheduler.close_plan()
+            run.plan_closed = True
+            await run.events.emit(PlanFinished(run_id=run.run_id, round=0, steps=len(steps)))
+            run.check_round_over()
+    except PlanValidationError as exc:
+        raise RunFailure("plan", f"the given plan is invalid: {exc}", "plan") from exc
+    await run.save()
 
 
 async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step]) -> int:
@@ -125,7 +151,7 @@ def _check_complete(lines: LineStream, count: int) -> None:
 
 async def _accept(run: Run, round_: int, step: Step) -> None:
     async with run.lock:
-        _check_tool_allowed(run, step)
+        check_tool_allowed(run.team, step, run.planner.known_tools)
         ready = run.scheduler.add(step)
         run.meta[step.id] = StepMeta(round_)
         run.touch(step.id)
@@ -133,17 +159,6 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
         await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=_shape(step)))
         await run.dispatch(ready)
     await run.save()
-
-
-def _check_tool_allowed(run: Run, step: Step) -> None:
-    role = run.team.roles.get(step.role)
-    if step.tool not in run.planner.known_tools:
-        return  # an unknown tool (or none): the scheduler says which tools exist
-    if role is not None and step.tool is not None and step.tool not in role.tools:
-        raise PlanValidationError(
-            f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
-            f"its tools are: {', '.join(role.tools) or 'none'}. Assign the step to a role "
-            "that has the tool.", step_id=step.id)
 
 
 def _next_id(run: Run) -> int:

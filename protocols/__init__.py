@@ -48,6 +48,7 @@ from .messages import WorkError as WorkError
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
 from .plan import Plan as Plan
+from .plan import SavedPlan as SavedPlan
 from .plan import Step as Step
 from .plan import StepId as StepId
 from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES

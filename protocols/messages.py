@@ -42,6 +42,9 @@ class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     timeout: Annotated[float, msgspec.Meta(gt=0, le=30 * 86_400)] | None = None
     """Seconds the whole run may take before it fails; None uses the team's ``[timeouts] run``
     (none by default)."""
+    plan: list[Step] | None = None
+    """Steps to run as the first plan instead of asking the planner's model (a saved plan);
+    replans, if any, ask the model as usual."""
 
 
 class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):

@@ -49,3 +49,20 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     """Steps in the order the planner emitted them."""
     round: int = 0
     """0 for the first plan, n for the n-th replan."""
+
+
+class SavedPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A plan kept to be run again (``plancast plan save``, ``plancast run --plan``).
+
+    ``{{name}}`` anywhere in the goal or in a step's text is a parameter, filled when the
+    plan is run (``--param name=value``).
+    """
+
+    goal: str
+    """The goal the plan answers."""
+    steps: list[Step]
+    """The steps, run as the first plan with no planner model call."""
+    source_run: str = ""
+    """The run the plan was saved from, if any."""
+    version: int = 1
+    """The file format's version."""
