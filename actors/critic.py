@@ -11,7 +11,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from protocols import Message, ReviewTask, Stream, Verb, Verdict
+from protocols import Message, PlanDecision, PlanReviewTask, ReviewTask, Stream, Verb, Verdict
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import run_agent
 from runtime.delivery import Delivery
@@ -53,8 +53,33 @@ class Critic(RoleActor):
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.REVIEW), "review")]
 
     def describe(self, message: Message) -> str:
+        if isinstance(message, PlanReviewTask):
+            return f"{message.run_id}/plan-{message.round}"
         assert isinstance(message, ReviewTask)
         return f"{message.run_id}/{message.step.id}"
+
+    @on(PlanReviewTask)
+    async def review_plan(self, task: PlanReviewTask, delivery: Delivery) -> None:
+        """A plan held for approval (``review_plan = "auto"``): approve or reject it."""
+        outcome = await run_agent(
+            self.model,
+            [{"role": "system", "content": self.config.system_prompt or prompts.CRITIC},
+             {"role": "user", "content": prompts.plan_review_request(
+                 task.goal, task.steps, task.done, task.policy)}],
+            self.tools, max_rounds=self.config.max_tool_rounds,
+            response_format=response_format(
+                VerdictAnswer, bool(self.config.options.get("structured_output"))),
+        )
+        answer = find_json_object(outcome.text) or {}
+        approved = answer.get("approved") is True
+        reason = str(answer.get("critique") or outcome.text) if answer else \
+            f"the critic's answer was not a JSON verdict: {outcome.text[:500]}"
+        await self.bus.publish_durable(
+            self.bus.subject(Verb.RESULT, task.run_id, self.name),
+            PlanDecision(run_id=task.run_id, round=task.round, digest=task.digest,
+                         approved=approved, reason=reason, by=f"{self.name}/{self.instance}"),
+            msg_id=f"{task.run_id}/plan/{task.round}/{task.digest}/{task.nonce}",
+        )
 
     @on(ReviewTask)
     async def review(self, task: ReviewTask, delivery: Delivery) -> None:

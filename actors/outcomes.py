@@ -21,6 +21,7 @@ from protocols import (
     CriticVerdict,
     Message,
     OutcomeRefused,
+    PlanDecision,
     ReplanRequest,
     ReviewTask,
     RunCancel,
@@ -39,6 +40,7 @@ from runtime.auth import CLIENT
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
+from . import plan_review
 from .resume import task_id
 from .run_state import RunFailure
 
@@ -72,6 +74,8 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             await _decision(run, message, sender)
         case ReplanRequest():
             await _replan_request(run, message)
+        case PlanDecision():
+            await _plan_decision(run, message, sender)
         case RunCancel():
             who = f" by {message.source}" if message.source else ""
             why = f": {message.reason}" if message.reason else ""
@@ -105,6 +109,8 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             allowed = team.senders("supervisor")
         case RunCancel():
             allowed = [CLIENT, *team.kind_roles("supervisor")]
+        case PlanDecision():  # a person decides as the client; with "auto", the critic
+            allowed = [CLIENT] if run.review_mode == "human" else team.senders("critic")
         case WorkError() if message.work in WORK_KINDS:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:
@@ -256,6 +262,18 @@ async def _decision(run: Run, decision: SynthesisDecision, role: str) -> None:
     await run.spent("synthesizer", decision.usage)
     run.decision = decision
     run.notify()
+
+
+async def _plan_decision(run: Run, decision: PlanDecision, sender: str) -> None:
+    """A decision on the plan awaiting approval wakes the round; any other is refused."""
+    if decision == run.plan_decision:
+        return  # delivered again
+    problem = plan_review.decision_problem(run, decision)
+    if problem:
+        await refuse(run, decision, problem, sender=decision.by, role=sender)
+        return
+    run.plan_decision = decision
+    run.decided.set()
 
 
 async def _replan_request(run: Run, request: ReplanRequest) -> None:

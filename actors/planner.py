@@ -23,6 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from protocols import (
     ActorError,
     Message,
+    PlanDecision,
     ReplanRequest,
     RunAccepted,
     RunCancel,
@@ -65,7 +66,7 @@ from .run_state import RunState, restore
 log = logging.getLogger(__name__)
 
 RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, RunCancel,
-                WorkError)
+                WorkError, PlanDecision)
 READS = 3
 """Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0

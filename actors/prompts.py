@@ -123,6 +123,22 @@ def review_request(goal: str, step: Step, output: str, inputs: Mapping[int, str]
     return "\n\n".join(parts)
 
 
+def plan_review_request(goal: str, steps: list[Step], done: Mapping[int, str],
+                        policy: str) -> str:
+    """The critic reviews a whole plan before any of it runs."""
+    data = _Framer()
+    parts = [data.notice, f"Goal: {goal}",
+             "Review this plan before it runs. Approve it only if its steps can reach the "
+             "goal and it keeps the policy; otherwise reject it and say what the plan must "
+             "change. Answer with the JSON verdict; put your reasons in \"critique\"."]
+    if policy:
+        parts.append(f"Policy the plan must keep: {policy}")
+    for sid, output in sorted(done.items()):
+        parts.append(data(f"output_of_finished_step_{sid}", output[:2000]))
+    parts.append(data("plan", "\n".join(msgspec.json.encode(s).decode() for s in steps)))
+    return "\n\n".join(parts)
+
+
 def synthesis_request(
     goal: str, plan: Plan, results: Mapping[int, str], failures: Mapping[int, str],
     replans_left: int,

@@ -19,6 +19,7 @@ import msgspec
 from protocols import (
     Message,
     Plan,
+    PlanDecision,
     ReplanRequest,
     ReplanStarted,
     RunFailed,
@@ -80,6 +81,13 @@ class Run:
         self.told = self.tail.told | saved
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
+        self.review_mode = self.request.review_plan or self.team.review_plan
+        """``off``, or who approves each plan round before it runs (``plan_review``)."""
+        self.awaiting: tuple[int, str] | None = None
+        """The round and digest of the plan awaiting approval, while one does."""
+        self.plan_decision: PlanDecision | None = None
+        self.decided = anyio.Event()
+        """Set when a decision on the awaiting plan has been accepted."""
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = self.tail.usage or record.usage
         self.plan_closed = record.plan_closed
@@ -151,7 +159,8 @@ class Run:
         async with self.lock:  # send what the log says was sent, and what is ready
             await self._republish_ready()
             self.scheduler.promote()
-            await self.dispatch(self.scheduler.ready())
+            if not self.holding:  # held steps wait for their round's approval
+                await self.dispatch(self.scheduler.ready())
             self.check_round_over()
         await self.save()
         while True:
@@ -333,6 +342,11 @@ class Run:
         await self.events.emit(event)
 
     # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def holding(self) -> bool:
+        """Steps planned now wait for the round's approval before they run."""
+        return self.review_mode != "off" and not self.plan_closed
 
     def state_of(self, step_id: int) -> StepState | None:
         """The step's state; None for ids not in the current plan (dropped or never seen)."""

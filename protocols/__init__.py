@@ -11,6 +11,8 @@ from .events import TERMINAL_EVENTS as TERMINAL_EVENTS
 from .events import CriticVerdict as CriticVerdict
 from .events import Event as Event
 from .events import OutcomeRefused as OutcomeRefused
+from .events import PlanApproved as PlanApproved
+from .events import PlanAwaitingApproval as PlanAwaitingApproval
 from .events import PlanFinished as PlanFinished
 from .events import PlanRejected as PlanRejected
 from .events import PlanStarted as PlanStarted
@@ -31,6 +33,8 @@ from .events import WorkFailed as WorkFailed
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
 from .messages import Offloaded as Offloaded
+from .messages import PlanDecision as PlanDecision
+from .messages import PlanReviewTask as PlanReviewTask
 from .messages import ReplanRequest as ReplanRequest
 from .messages import ReviewTask as ReviewTask
 from .messages import RunAccepted as RunAccepted

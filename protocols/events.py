@@ -186,8 +186,37 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     cause: str = ""
     """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
     ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
-    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``storage`` (a stream was
+    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``approval`` (nobody decided
+    on a plan awaiting approval in time), ``storage`` (a stream was
     full), ``cancelled`` (a client's ``run.cancel``), ``crash``."""
+
+
+class PlanAwaitingApproval(Event, frozen=True, kw_only=True,
+                           tag="event.plan.awaiting_approval"):
+    """The round is planned in full and nothing of it runs until it is decided on."""
+
+    round: int
+    digest: str
+    """Names this plan: a decision must repeat it."""
+    steps: list[Step]
+    """The plan awaiting approval."""
+    reviewer: Literal["human", "auto"]
+    """Who decides: a person (``plancast plan approve``) or the critic."""
+    deadline: float
+    """Unix time after which the run fails (``[timeouts] approval``)."""
+
+
+class PlanApproved(Event, frozen=True, kw_only=True, tag="event.plan.approved"):
+    """The round's plan was approved; its steps run now."""
+
+    round: int
+    by: str
+    """Who approved it (``role/instance`` or the name a person gave)."""
+    edited: bool = False
+    """True if the approved plan is an edit of the one proposed (its steps are planned
+    again just after this event)."""
+    changes: str = ""
+    """What the edit changed, step by step."""
 
 
 RunEvent = (
@@ -196,6 +225,8 @@ RunEvent = (
     | StepPlanned
     | PlanRejected
     | PlanFinished
+    | PlanAwaitingApproval
+    | PlanApproved
     | StepDispatched
     | StepStarted
     | StepFinished

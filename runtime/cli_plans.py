@@ -1,21 +1,50 @@
-"""``plancast plan save``: keep the plan that answered a run, to run it again with
+"""``plancast plan``: review a plan a run holds for approval (``show``, ``approve``,
+``reject``), and keep the plan that answered a run (``save``) to run it again with
 ``plancast run --plan FILE [--param NAME=VALUE ...]``."""
 
 from __future__ import annotations
 
+import getpass
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
+import anyio
+import msgspec
 import typer
+from rich.markup import escape
+from rich.table import Table
 
-from protocols import RunFailed, RunFinished
+from protocols import (
+    OutcomeRefused,
+    PlanApproved,
+    PlanRejected,
+    RunFailed,
+    RunFinished,
+    Step,
+    encode,
+)
+from protocols.codec import UNREADABLE
 
-from .cli import ConnectTimeoutOpt, CredsOpt, NatsOpt, PrefixOpt, VerboseOpt, _run_async, app
+from .cli import (
+    ConnectTimeoutOpt,
+    CredsOpt,
+    JsonOpt,
+    NatsOpt,
+    PrefixOpt,
+    VerboseOpt,
+    _run_async,
+    app,
+)
 from .cli_runs import _deployment
 from .cli_setup import build_settings, console, print_error, setup_logging
+from .client import follow, last_event
 from .connection import open_bus
-from .plans import dump, last_event, parameters, plan_of_run
+from .plans import PlanFileError, dump, parameters, plan_of_run
+from .review import decide_plan, plan_awaiting
+from .settings import Settings
 from .status import read_run
 
 plan_app = typer.Typer(help="Reusable plans: save the plan that answered a run; run it "
@@ -63,3 +92,125 @@ def save(
         return 0
 
     _run_async(main, verbose=verbose)
+
+
+DECISION_WAIT = 15.0
+"""Seconds ``plan approve``/``reject`` wait to see whether the run took the decision."""
+
+
+@plan_app.command("show")
+def show(
+    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show the plan a run holds for approval (``--json``: edit its steps for --edit)."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan show")
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            plan = await plan_awaiting(bus, run_id)
+        if as_json:
+            sys.stdout.buffer.write(msgspec.json.format(encode(plan), indent=2) + b"\n")
+            return 0
+        console.print(f"run {run_id}: plan of round {plan.round} awaits approval "
+                      f"({plan.reviewer}, {max(plan.deadline - time.time(), 0):.0f}s left; "
+                      f"digest {plan.digest})", markup=False, soft_wrap=True)
+        table = Table()
+        for column in ("id", "role", "does", "after"):
+            table.add_column(column)
+        for step in plan.steps:
+            does = (f"{step.tool} {msgspec.json.encode(step.args).decode()}" if step.tool
+                    else step.instruction or "")
+            table.add_row(str(step.id), step.role, escape(does[:200]),
+                          ", ".join(map(str, step.depends_on)))
+        console.print(table)
+        return 0
+
+    _run_async(main, verbose=verbose)
+
+
+@plan_app.command("approve")
+def approve(
+    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    edit: Annotated[Path | None, typer.Option(
+        help="Approve these steps instead (JSON: a list of steps, or `plan show --json`'s "
+             "output edited); checked like the model's plan.")] = None,
+    by: Annotated[str, typer.Option(help="Who approves, for the run's record.")] = "",
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Approve the plan a run holds (or an edit of it): its steps start."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout),
+                           "plan approve")
+    steps = _edited_steps(edit) if edit is not None else None
+    _decide(settings, run_id, approved=True, steps=steps, reason="", by=by, verbose=verbose)
+
+
+@plan_app.command("reject")
+def reject(
+    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    reason: Annotated[str, typer.Option(help="What is wrong: the planner's model reads it.")],
+    by: Annotated[str, typer.Option(help="Who rejects, for the run's record.")] = "",
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Reject the plan a run holds: the planner's model writes it again, told why."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan reject")
+    _decide(settings, run_id, approved=False, steps=None, reason=reason, by=by, verbose=verbose)
+
+
+def _decide(settings: Settings, run_id: str, *, approved: bool, steps: list[Step] | None,
+            reason: str, by: str, verbose: bool) -> None:
+    """Send the decision, then say whether the run took it (its next plan event) or refused
+    it (an ``outcome.refused``), waiting at most DECISION_WAIT."""
+    who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+
+    async def main() -> int:
+        async with open_bus(settings) as bus:
+            before = await last_event(bus, run_id)  # what comes after answers this decision
+            plan = await decide_plan(bus, run_id, approved=approved, steps=steps,
+                                     reason=reason, by=who)
+            with anyio.move_on_after(DECISION_WAIT):
+                async for event in follow(bus, run_id):
+                    if event.seq <= (before.seq if before else plan.seq):
+                        continue
+                    if isinstance(event, PlanApproved | PlanRejected):
+                        done = "approved" if isinstance(event, PlanApproved) else \
+                            "rejected: the planner writes it again"
+                        console.print(f"run {run_id}: plan of round {plan.round} {done}",
+                                      markup=False)
+                        return 0
+                    if isinstance(event, OutcomeRefused) and event.kind == "plan.decision":
+                        print_error(f"the run refused the decision: {event.reason}")
+                        return 1
+            print_error(f"sent; run {run_id} has not taken the decision within "
+                        f"{DECISION_WAIT:g}s (see `plancast watch {run_id}`)")
+            return 1
+
+    _run_async(main, verbose=verbose)
+
+
+def _edited_steps(path: Path) -> list[Step]:
+    """The steps of an --edit file: a list of steps, or an object with ``steps``."""
+    try:
+        raw = msgspec.json.decode(path.read_bytes())
+        return msgspec.convert(raw.get("steps") if isinstance(raw, dict) else raw, list[Step])
+    except FileNotFoundError:
+        raise PlanFileError(f"--edit {path}: no such file") from None
+    except (*UNREADABLE, msgspec.ValidationError) as exc:
+        raise PlanFileError(f"--edit {path}: not a list of steps ({exc}); start from "
+                            "`plancast plan show RUN_ID --json`") from None

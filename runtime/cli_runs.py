@@ -6,6 +6,7 @@ the first Ctrl-C in ``run`` cancels the run, in ``watch`` it only stops watching
 
 from __future__ import annotations
 
+import enum
 import signal
 import socket
 import sys
@@ -161,12 +162,17 @@ def run(
         help="Run this saved plan (`plancast plan save`) with no planner model call.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         help="NAME=VALUE for a {{NAME}} of the plan (repeatable).")] = None,
+    review_plan: Annotated[ReviewMode | None, typer.Option(
+        help="Hold each plan for approval (`plancast plan approve`) or the critic's review; "
+             "default: the team's review_plan.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
     setup_logging(verbose, quiet=True)
     settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
     request = _request(goal, plan, param or [], max_replans=max_replans, max_steps=max_steps)
+    if review_plan is not None:
+        request = msgspec.structs.replace(request, review_plan=review_plan.value)
 
     async def main() -> int:
         if settings.nats_url:
@@ -186,6 +192,14 @@ def run(
             return await _run_and_show(bus, request, as_json)
 
     _run_async(main, verbose=verbose)
+
+
+class ReviewMode(enum.Enum):
+    """``plancast run --review-plan``."""
+
+    off = "off"
+    human = "human"
+    auto = "auto"
 
 
 def _request(goal: str | None, plan_file: Path | None, params: list[str], *,

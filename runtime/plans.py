@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.js.errors import NotFoundError
 
 from protocols import (
-    RunEvent,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -27,11 +25,8 @@ from protocols import (
     Step,
     StepFinished,
     StepPlanned,
-    Stream,
-    Verb,
-    stream_name,
 )
-from protocols.codec import UNREADABLE, decoder_for
+from protocols.codec import UNREADABLE
 
 from .bus import Bus
 from .client import follow
@@ -69,21 +64,6 @@ async def plan_of_run(bus: Bus, run_id: str) -> SavedPlan:
     if not steps:
         raise PlanFileError(f"run {run_id} finished without a step to save")
     return SavedPlan(goal=goal, steps=steps, source_run=run_id)
-
-
-async def last_event(bus: Bus, run_id: str) -> RunEvent | None:
-    """The run's latest stored event, None if it has none: the log says a run has ended a
-    moment before its stored state does."""
-    stream = stream_name(bus.prefix, Stream.EVENTS)
-    try:
-        raw = await bus.js.get_last_msg(stream, bus.subject(Verb.EVENT, run_id))
-    except NotFoundError:
-        return None
-    try:
-        event: RunEvent = decoder_for(RunEvent).decode(await bus.resolve(raw.data or b""))
-    except UNREADABLE:
-        return None  # a newer kind of event: the run has not ended as far as we know
-    return event
 
 
 def dump(plan: SavedPlan) -> bytes:

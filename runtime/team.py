@@ -62,6 +62,9 @@ class Timeouts(BaseModel):
     """From asking the synthesizer to its decision."""
     plan: float = Field(default=300.0, gt=0)
     """One streamed plan, from the request to its last line."""
+    approval: float = Field(default=3600.0, gt=0)
+    """A plan awaiting approval (``review_plan``), from the moment it is proposed to the
+    decision; with ``auto`` review the critic has ``review`` seconds instead."""
     run: float = Field(default=0.0, ge=0)
     """The whole run, unless its request sets ``timeout``; 0 means no overall deadline."""
 
@@ -124,6 +127,12 @@ class TeamConfig(BaseModel):
     max_active_runs: int = Field(default=100, ge=1)
     """Runs one planner process takes on from submissions at once; a submit beyond it is
     answered ``run.rejected`` (runs it adopts from a dead planner are always taken on)."""
+    review_plan: Literal["off", "human", "auto"] = "off"
+    """Hold every plan round for approval before any of it runs: by a person (``plancast
+    plan approve``/``reject``) or by the critic (``auto``), who checks it against
+    ``plan_policy``. A run's request may set its own."""
+    plan_policy: str = ""
+    """What an ``auto`` reviewer checks each plan against, in plain words."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 

@@ -12,6 +12,8 @@ from rich.text import Text
 from protocols import (
     CriticVerdict,
     OutcomeRefused,
+    PlanApproved,
+    PlanAwaitingApproval,
     PlanRejected,
     ReplanStarted,
     RunEvent,
@@ -95,6 +97,14 @@ class RunView:
                 self.notes.append(f"plan rejected: {event.error[:100]}")
                 # The planner drops the rejected plan's steps that were never dispatched.
                 self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
+            case PlanAwaitingApproval():
+                self.notes.append(f"plan of round {event.round} awaits approval "
+                                  f"({event.reviewer}): plancast plan show {self.run_id}")
+            case PlanApproved():
+                edit = f", edited: {event.changes[:100]}" if event.edited else ""
+                self.notes.append(f"plan of round {event.round} approved by {event.by}{edit}")
+                if event.edited:  # its steps are planned again, as edited
+                    self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
             case ReplanStarted():
                 self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
             case UsageRecorded():

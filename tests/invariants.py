@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from protocols import (
+    PlanApproved,
     PlanRejected,
     ReplanStarted,
     RunEvent,
@@ -111,8 +112,9 @@ class _StepRules:
         match event:
             case StepPlanned():
                 self._planned(event)
-            case PlanRejected():
-                # Steps not dispatched yet are discarded: the corrected plan may redo them.
+            case PlanRejected() | PlanApproved(edited=True):
+                # Steps not dispatched yet are discarded: the corrected (or edited) plan may
+                # redo them.
                 self.last_round &= self.dispatched_steps
             case ReplanStarted():
                 self.generation += 1

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from protocols import PlanStarted, RunFinished, StepFinished
+from protocols import (
+    PlanApproved,
+    PlanAwaitingApproval,
+    PlanStarted,
+    RunFinished,
+    RunRequest,
+    StepFinished,
+)
+from runtime.bus import Bus
+from runtime.client import follow, submit
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
@@ -76,3 +85,61 @@ async def test_a_saved_plan_the_local_team_cannot_run_is_one_line(tmp_path: Path
     said = result.stderr.decode().strip().splitlines()
     assert result.returncode == 2 and len(said) == 1, stderr_tail(result)
     assert "the plan cannot run on this team" in said[0] and "'math'" in said[0], said
+
+
+async def test_review_a_plan_from_the_shell(nats_url: str, prefix: str, tmp_path: Path) -> None:
+    """``plan show --json``, edit the file, ``plan approve --edit``: the edit runs. A bad
+    edit is refused by the run (exit 1, its reason); ``reject`` sends it back; a run with
+    nothing awaiting says so in one line."""
+    where = ["--nats", nats_url, "--prefix", prefix]
+    rules = [Rule(role="planner", contains="too slow", lines=[echo(1, "fast")]),
+             Rule(role="planner", lines=[echo(1, "hello"), echo(2, "$1, world")]),
+             finish("ok")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)) as bus:
+            first = await submit(bus, RunRequest(goal="greet", review_plan="human"))
+            await plan_awaiting_soon(bus, first.run_id)
+            shown = await plancast("plan", "show", first.run_id, "--json", *where, cwd=tmp_path)
+            table = await plancast("plan", "show", first.run_id, *where, cwd=tmp_path)
+            plan = json.loads(shown.stdout)
+            plan["steps"][0]["args"]["text"] = "hi"
+            (tmp_path / "bad.json").write_text(json.dumps([{**plan["steps"][0], "role": "x"}]))
+            (tmp_path / "edit.json").write_text(json.dumps(plan))
+            bad = await plancast("plan", "approve", first.run_id, "--edit", "bad.json", *where,
+                                 cwd=tmp_path)
+            good = await plancast("plan", "approve", first.run_id, "--edit", "edit.json",
+                                  "--by", "ada", *where, cwd=tmp_path)
+            events = [e async for e in follow(bus, first.run_id)]
+            nothing = await plancast("plan", "show", first.run_id, *where, cwd=tmp_path)
+
+            second = await submit(bus, RunRequest(goal="greet", review_plan="human"))
+            await plan_awaiting_soon(bus, second.run_id)
+            rejected = await plancast("plan", "reject", second.run_id, "--reason", "too slow",
+                                      *where, cwd=tmp_path)
+
+    assert shown.returncode == 0, stderr_tail(shown)
+    assert plan["type"] == "event.plan.awaiting_approval" and len(plan["steps"]) == 2
+    assert table.returncode == 0 and "awaits approval" in table.stdout.decode()
+    said = bad.stderr.decode().strip().splitlines()
+    assert bad.returncode == 1 and len(said) == 1, stderr_tail(bad)
+    assert "the run refused the decision: the edited plan is invalid" in said[0]
+    assert good.returncode == 0, stderr_tail(good)
+    assert "plan of round 0 approved" in good.stdout.decode()
+    outputs = {e.step_id: e.output for e in events if isinstance(e, StepFinished)}
+    assert outputs == {1: "hi", 2: "hi, world"}
+    approved = next(e for e in events if isinstance(e, PlanApproved))
+    assert approved.by == "ada" and approved.changes == "step 1: args"
+    said = nothing.stderr.decode().strip().splitlines()
+    assert nothing.returncode == 2 and said == [
+        f"error: no plan of run {first.run_id} awaits approval now (see `plancast watch "
+        f"{first.run_id}`)"], said
+    assert rejected.returncode == 0, stderr_tail(rejected)
+    assert "rejected: the planner writes it again" in rejected.stdout.decode()
+
+
+async def plan_awaiting_soon(bus: Bus, run_id: str) -> None:
+    async for event in follow(bus, run_id):
+        if isinstance(event, PlanAwaitingApproval):
+            return
