@@ -98,6 +98,22 @@ async def test_a_saved_plan_runs_with_two_parameter_sets(
         "error: the plan needs --param replicas=VALUE, --param rps_per_replica=VALUE")
 
 
+async def test_plan_review_edits_then_rejects_and_rewrites(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    env = clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix)
+    script = str(EXAMPLES / "plan_review" / "run.py")
+    edited = await run(PYTHON, script, cwd=tmp_path, env=env)
+    rejected = await run(PYTHON, script, "--reject", cwd=tmp_path, env=env)
+    assert edited.returncode == 0, stderr_tail(edited)
+    assert edited.stdout.decode().splitlines()[-3:] == [
+        "approved by reviewer (step 2: args)", "step 1: build",
+        "step 2: deploy build to staging"]
+    assert rejected.returncode == 0, stderr_tail(rejected)
+    lines = rejected.stdout.decode().splitlines()
+    assert "rejected: never production" in lines and lines[-1] == "step 2: deploy build to canary"
+
+
 async def test_plugin_role_is_discovered_and_serves_steps(
     nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
