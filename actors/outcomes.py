@@ -212,7 +212,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
         output = (await run.bus.get_object(result.output_ref)).decode()
-    if step.review:
+    if run.reviewed(step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,

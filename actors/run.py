@@ -171,6 +171,7 @@ class Run:
             async with self.lock:  # a step that waits on nothing must not be left behind
                 stray = self.scheduler.promote()
                 await self.dispatch(stray)
+                self._check_abort()  # also for a failure a previous owner recorded
             if stray and self.replan is None:
                 continue
             reason, source = self._why_replan()
@@ -201,8 +202,10 @@ class Run:
         self.synthesis_round, self.synthesis_since = self.scheduler.round, time.time()
         await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
+        failures = self.scheduler.failures | {  # what an on_failure "continue" left out
+            sid: "not run: a step it needs failed" for sid in self.scheduler.blocked()}
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
-                             results=self.scheduler.results, failures=self.scheduler.failures,
+                             results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
@@ -320,6 +323,7 @@ class Run:
             await self.dispatch([step])
         else:
             self.scheduler.fail(step.id, error)
+            self._check_abort()
             self.check_round_over()
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
@@ -342,6 +346,10 @@ class Run:
         await self.events.emit(event)
 
     # -- helpers -------------------------------------------------------------------------
+
+    def reviewed(self, step: Step) -> bool:
+        """Does the step's output go to the critic? Asked for, or criteria to check."""
+        return step.review or bool(step.success_criteria and self.team.kind_roles("critic"))
 
     @property
     def holding(self) -> bool:
@@ -370,13 +378,21 @@ class Run:
         if self.scheduler.closed and self.scheduler.is_done():
             self.notify()
 
+    def _check_abort(self) -> None:
+        """A failed step whose ``on_failure`` is ``abort`` ends the run now."""
+        for sid, error in self.scheduler.failures.items():
+            if self.scheduler.step(sid).on_failure == "abort":
+                self.abort(RunFailure("execute", f"step {sid} failed and its on_failure is "
+                                      f"\"abort\": {error}", "step_failed"))
+
     def _why_replan(self) -> tuple[str, str]:
         if self.replan is not None:
             return self.replan.reason, self.replan.source
-        failures = self.scheduler.failures
+        failures = {sid: error for sid, error in self.scheduler.failures.items()
+                    if self.scheduler.step(sid).on_failure != "continue"}
         if failures:
-            return "; ".join(f"step {sid} failed: {err}" for sid, err in failures.items()), \
-                "planner"
+            return "; ".join(f"step {sid} failed (role {self.scheduler.step(sid).role}): {err}"
+                             for sid, err in failures.items()), "planner"
         return "", ""
 
     async def _finish(self, answer: str) -> None:

@@ -187,8 +187,9 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
     ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
     ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``approval`` (nobody decided
-    on a plan awaiting approval in time), ``storage`` (a stream was
-    full), ``cancelled`` (a client's ``run.cancel``), ``crash``."""
+    on a plan awaiting approval in time), ``storage`` (a stream was full), ``cancelled`` (a
+    client's ``run.cancel``), ``step_failed`` (a step with ``on_failure`` "abort" failed),
+    ``crash``."""
 
 
 class PlanAwaitingApproval(Event, frozen=True, kw_only=True,
