@@ -26,6 +26,7 @@ from protocols import (
     ReviewTask,
     RunCancel,
     StepClaimed,
+    StepDecision,
     StepResult,
     StepReviewing,
     StepStarted,
@@ -40,7 +41,7 @@ from runtime.auth import CLIENT
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
-from . import plan_review
+from . import plan_review, step_gates
 from .resume import task_id
 from .run_state import RunFailure
 
@@ -76,6 +77,13 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             await _replan_request(run, message)
         case PlanDecision():
             await _plan_decision(run, message, sender)
+        case StepDecision():
+            problem = step_gates.problem(run, message)
+            if problem:
+                await refuse(run, message, problem, step_id=message.step_id,
+                             attempt=message.attempt, sender=message.by, role=sender)
+            else:
+                await step_gates.decide(run, message)
         case RunCancel():
             who = f" by {message.source}" if message.source else ""
             why = f": {message.reason}" if message.reason else ""
@@ -111,6 +119,8 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             allowed = [CLIENT, *team.kind_roles("supervisor")]
         case PlanDecision():  # a person decides as the client; with "auto", the critic
             allowed = [CLIENT] if run.review_mode == "human" else team.senders("critic")
+        case StepDecision():
+            allowed = [CLIENT]
         case WorkError() if message.work in WORK_KINDS:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:

@@ -47,7 +47,7 @@ from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
-from . import outcomes, run_state
+from . import outcomes, run_state, step_gates
 from .resume import Tail, task_id
 from .run_plan import plan_round
 from .run_state import PREVIEW, RunFailure, RunState
@@ -88,6 +88,10 @@ class Run:
         self.plan_decision: PlanDecision | None = None
         self.decided = anyio.Event()
         """Set when a decision on the awaiting plan has been accepted."""
+        self.gates: dict[int, tuple[int, float]] = {}
+        """Steps held at their approval gate: the attempt waiting, and until when."""
+        self.passed: set[tuple[int, int]] = set()
+        """Step attempts a person approved."""
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = self.tail.usage or record.usage
         self.plan_closed = record.plan_closed
@@ -202,8 +206,9 @@ class Run:
         self.synthesis_round, self.synthesis_since = self.scheduler.round, time.time()
         await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
-        failures = self.scheduler.failures | {  # what an on_failure "continue" left out
-            sid: "not run: a step it needs failed" for sid in self.scheduler.blocked()}
+        # What an on_failure "continue" left out is told too.
+        failures = self.scheduler.failures | dict.fromkeys(
+            self.scheduler.blocked(), "not run: a step it needs failed")
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
@@ -254,8 +259,10 @@ class Run:
     async def dispatch(self, steps: list[Step]) -> None:
         now = time.time()
         for step in steps:
-            self.scheduler.start(step.id)
             attempt = self.scheduler.attempt(step.id)
+            if await step_gates.hold(self, step, attempt):
+                continue  # ready, waiting for a person's approval
+            self.scheduler.start(step.id)
             self.meta[step.id].new_attempt(now)
             await self._send(step, attempt, task_id(self.run_id, step.id, attempt, self.fence))
             await self.events.emit(StepDispatched(run_id=self.run_id, step_id=step.id,
