@@ -11,7 +11,16 @@ import ast
 import re
 from collections.abc import Sequence
 
-from protocols import Message, ReviewTask, Stream, Usage, Verb, Verdict
+from protocols import (
+    Message,
+    PlanDecision,
+    PlanReviewTask,
+    ReviewTask,
+    Stream,
+    Usage,
+    Verb,
+    Verdict,
+)
 from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import run_agent
@@ -40,6 +49,14 @@ def code_in(output: str) -> list[str]:
     return []
 
 
+def verdict_of(text: str) -> tuple[bool, str]:
+    """The critic model's answer as (approved, critique); prose is a rejection that says so."""
+    answer = find_json_object(text)
+    if not answer:
+        return False, f"the critic's answer was not a JSON verdict: {text[:500]}"
+    return answer.get("approved") is True, str(answer.get("critique") or text)
+
+
 class Critic(RoleActor):
     """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>.<role>``."""
 
@@ -54,8 +71,31 @@ class Critic(RoleActor):
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.REVIEW), "review")]
 
     def describe(self, message: Message) -> str:
+        if isinstance(message, PlanReviewTask):
+            return f"{message.run_id}/plan-{message.round}"
         assert isinstance(message, ReviewTask)
         return f"{message.run_id}/{message.step.id}"
+
+    @on(PlanReviewTask)
+    async def review_plan(self, task: PlanReviewTask, delivery: Delivery) -> None:
+        """A plan held for approval (``review_plan = "auto"``): approve or reject it."""
+        outcome = await run_agent(
+            self.model,
+            [{"role": "system", "content": self.config.system_prompt or prompts.CRITIC},
+             {"role": "user", "content": prompts.plan_review_request(
+                 task.goal, task.steps, task.done, task.policy)}],
+            self.tools, max_rounds=self.config.max_tool_rounds,
+            response_format=response_format(
+                VerdictAnswer, bool(self.config.options.get("structured_output"))),
+        )
+        approved, reason = verdict_of(outcome.text)
+        await self.bus.publish_durable(
+            self.bus.subject(Verb.RESULT, task.run_id, self.name),
+            PlanDecision(run_id=task.run_id, round=task.round, digest=task.digest,
+                         approved=approved, reason=reason, by=f"{self.name}/{self.instance}",
+                         usage=outcome.usage),
+            msg_id=f"{task.run_id}/plan/{task.round}/{task.digest}/{task.nonce}",
+        )
 
     @on(ReviewTask)
     async def review(self, task: ReviewTask, delivery: Delivery) -> None:
@@ -82,11 +122,7 @@ class Critic(RoleActor):
                 VerdictAnswer, bool(self.config.options.get("structured_output"))),
             span=span,
         )
-        answer = find_json_object(outcome.text) or {}
-        approved = answer.get("approved") is True
-        critique = str(answer.get("critique") or outcome.text)
-        if not answer:
-            critique = f"the critic's answer was not a JSON verdict: {outcome.text[:500]}"
+        approved, critique = verdict_of(outcome.text)
         if approved:
             failure = await self._run_code(task.output)
             if failure:

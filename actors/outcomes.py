@@ -21,10 +21,12 @@ from protocols import (
     CriticVerdict,
     Message,
     OutcomeRefused,
+    PlanDecision,
     ReplanRequest,
     ReviewTask,
     RunCancel,
     StepClaimed,
+    StepDecision,
     StepResult,
     StepReviewing,
     StepStarted,
@@ -39,6 +41,7 @@ from runtime.auth import CLIENT
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 
+from . import plan_review, step_gates
 from .resume import task_id
 from .run_state import RunFailure
 
@@ -72,6 +75,15 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             await _decision(run, message, sender)
         case ReplanRequest():
             await _replan_request(run, message)
+        case PlanDecision():
+            await _plan_decision(run, message, sender)
+        case StepDecision():
+            problem = step_gates.problem(run, message)
+            if problem:
+                await refuse(run, message, problem, step_id=message.step_id,
+                             attempt=message.attempt, sender=message.by, role=sender)
+            else:
+                await step_gates.decide(run, message)
         case RunCancel():
             who = f" by {message.source}" if message.source else ""
             why = f": {message.reason}" if message.reason else ""
@@ -105,6 +117,10 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             allowed = team.senders("supervisor")
         case RunCancel():
             allowed = [CLIENT, *team.kind_roles("supervisor")]
+        case PlanDecision():  # a person decides as the client; with "auto", the critic
+            allowed = [CLIENT] if run.review_mode == "human" else team.senders("critic")
+        case StepDecision():
+            allowed = [CLIENT]
         case WorkError() if message.work in WORK_KINDS:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:
@@ -206,7 +222,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
         output = (await run.bus.get_object(result.output_ref)).decode()
-    if step.review:
+    if run.reviewed(step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
@@ -256,6 +272,19 @@ async def _decision(run: Run, decision: SynthesisDecision, role: str) -> None:
     await run.spent("synthesizer", decision.usage)
     run.decision = decision
     run.notify()
+
+
+async def _plan_decision(run: Run, decision: PlanDecision, sender: str) -> None:
+    """A decision on the plan awaiting approval wakes the round; any other is refused."""
+    if decision == run.plan_decision:
+        return  # delivered again
+    problem = plan_review.decision_problem(run, decision)
+    if problem:
+        await refuse(run, decision, problem, sender=decision.by, role=sender)
+        return
+    run.plan_decision = decision
+    run.decided.set()
+    await run.spent("critic:plan", decision.usage)
 
 
 async def _replan_request(run: Run, request: ReplanRequest) -> None:

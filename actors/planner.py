@@ -23,6 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from protocols import (
     ActorError,
     Message,
+    PlanDecision,
     ReplanRequest,
     RunAccepted,
     RunCancel,
@@ -32,6 +33,7 @@ from protocols import (
     RunRejected,
     RunRequest,
     StepClaimed,
+    StepDecision,
     StepRecord,
     StepResult,
     Stream,
@@ -52,7 +54,9 @@ from runtime import telemetry
 from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.bus import Fenced
 from runtime.delivery import Delivery
+from runtime.errors import PlanValidationError
 from runtime.kv import current_values
+from runtime.plans import check_plan
 from runtime.role import RoleActor, RoleContext
 
 from . import outcomes, run_timers
@@ -65,7 +69,7 @@ from .run_state import RunState, restore
 log = logging.getLogger(__name__)
 
 RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, RunCancel,
-                WorkError)
+                WorkError, PlanDecision, StepDecision)
 READS = 3
 """Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0
@@ -118,6 +122,14 @@ class Planner(RoleActor):
                 f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
                 "the team file); submit again once some have ended, or start another planner")))
             return
+        if request.plan is not None:  # a saved plan: checked like a model's, before it runs
+            try:
+                check_plan(request.plan, self.ctx.team, self.known_tools,
+                           max_steps=request.max_steps)
+            except PlanValidationError as exc:
+                await delivery.respond(RunRejected(
+                    reason=f"the given plan cannot run on this team: {exc}"))
+                return
         now = time.time()
         timeout = request.timeout or self.ctx.team.timeouts.run
         record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,

@@ -22,7 +22,8 @@ Each step: {"id": N, "role": ROLE, "title": SHORT, "depends_on": [ids],
  then EITHER "tool": NAME, "args": {...}  (runs the tool directly; "$N" in args is step N's output;
    in a "code" argument $N is a Python str value: write it bare, text = $N, never in quotes)
  OR "instruction": TEXT (the role's model does it, seeing its dependencies' outputs),
- optionally "review": true (a critic checks it; use for code) and "success_criteria": TEXT}.
+ optionally "review": true (a critic checks it; use for code), "success_criteria": TEXT
+ and "on_failure": "replan" (default) | "abort" (stop everything) | "continue" (go on without it)}.
 Rules: ids are consecutive integers starting at the number you are given; a step may only
 depend on steps that exist; steps without a path between them run in parallel, so keep
 dependencies to what is really needed; use only the roles and tools listed; a simple goal
@@ -86,7 +87,9 @@ def planner_request(
             lines.append(f"- step {sid} ({step.title or step.tool or 'agent'}): "
                          + data("output", output[:2000]))
     if reason:
-        lines += ["", "A new plan is needed because: " + data("reason", reason)]
+        lines += ["", "A new plan is needed because: " + data("reason", reason),
+                  "Work whose step failed may go to a different role of the list above, "
+                  "in a new step with a new id."]
     if accepted:
         lines += ["", "These steps of your plan were accepted and are running; do not repeat "
                   "them, continue after them:"]
@@ -120,6 +123,22 @@ def review_request(goal: str, step: Step, output: str, inputs: Mapping[int, str]
     for sid, text in sorted(inputs.items()):
         parts.append(data(f"input_from_step_{sid}", text))
     parts.append(data("output_to_review", output))
+    return "\n\n".join(parts)
+
+
+def plan_review_request(goal: str, steps: list[Step], done: Mapping[int, str],
+                        policy: str) -> str:
+    """The critic reviews a whole plan before any of it runs."""
+    data = _Framer()
+    parts = [data.notice, f"Goal: {goal}",
+             "Review this plan before it runs. Approve it only if its steps can reach the "
+             "goal and it keeps the policy; otherwise reject it and say what the plan must "
+             "change. Answer with the JSON verdict; put your reasons in \"critique\"."]
+    if policy:
+        parts.append(f"Policy the plan must keep: {policy}")
+    for sid, output in sorted(done.items()):
+        parts.append(data(f"output_of_finished_step_{sid}", output[:2000]))
+    parts.append(data("plan", "\n".join(msgspec.json.encode(s).decode() for s in steps)))
     return "\n\n".join(parts)
 
 

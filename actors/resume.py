@@ -24,6 +24,7 @@ from protocols import (
     CriticVerdict,
     Event,
     OutcomeRefused,
+    PlanApproved,
     PlanFinished,
     PlanRejected,
     ReplanStarted,
@@ -145,8 +146,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                                 event.step.id, exc)
                     continue
                 meta[event.step.id] = StepMeta(event.round, dispatched_at=now)
-            case PlanRejected() if event.round == s.round:
-                for sid in s.discard_pending():
+            case PlanRejected() | PlanApproved(edited=True) if event.round == s.round:
+                for sid in s.discard_pending():  # an edit replans the round's held steps
                     meta.pop(sid, None)
             case PlanFinished() if event.round == s.round and not s.closed:
                 try:

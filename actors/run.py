@@ -19,6 +19,7 @@ import msgspec
 from protocols import (
     Message,
     Plan,
+    PlanDecision,
     ReplanRequest,
     ReplanStarted,
     RunFailed,
@@ -47,7 +48,7 @@ from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
-from . import outcomes, run_state
+from . import outcomes, run_state, step_gates
 from .resume import Tail, task_id
 from .run_plan import plan_round
 from .run_state import PREVIEW, RunFailure, RunState
@@ -81,6 +82,17 @@ class Run:
         self.told = self.tail.told | saved
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
+        self.review_mode = self.request.review_plan or self.team.review_plan
+        """``off``, or who approves each plan round before it runs (``plan_review``)."""
+        self.awaiting: tuple[int, str] | None = None
+        """The round and digest of the plan awaiting approval, while one does."""
+        self.plan_decision: PlanDecision | None = None
+        self.decided = anyio.Event()
+        """Set when a decision on the awaiting plan has been accepted."""
+        self.gates: dict[int, tuple[int, float]] = {}
+        """Steps held at their approval gate: the attempt waiting, and until when."""
+        self.passed: set[tuple[int, int]] = set()
+        """Step attempts a person approved."""
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = self.tail.usage or record.usage
         self.plan_closed = record.plan_closed
@@ -152,7 +164,8 @@ class Run:
         async with self.lock:  # send what the log says was sent, and what is ready
             await self._republish_ready()
             self.scheduler.promote()
-            await self.dispatch(self.scheduler.ready())
+            if not self.holding:  # held steps wait for their round's approval
+                await self.dispatch(self.scheduler.ready())
             self.check_round_over()
         await self.save()
         while True:
@@ -163,6 +176,7 @@ class Run:
             async with self.lock:  # a step that waits on nothing must not be left behind
                 stray = self.scheduler.promote()
                 await self.dispatch(stray)
+                self._check_abort()  # also for a failure a previous owner recorded
             if stray and self.replan is None:
                 continue
             reason, source = self._why_replan()
@@ -193,8 +207,11 @@ class Run:
         self.synthesis_round, self.synthesis_since = self.scheduler.round, time.time()
         await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
+        # What an on_failure "continue" left out is told too.
+        failures = self.scheduler.failures | dict.fromkeys(
+            self.scheduler.blocked(), "not run: a step it needs failed")
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
-                             results=self.scheduler.results, failures=self.scheduler.failures,
+                             results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
@@ -244,8 +261,10 @@ class Run:
     async def dispatch(self, steps: list[Step]) -> None:
         now = time.time()
         for step in steps:
-            self.scheduler.start(step.id)
             attempt = self.scheduler.attempt(step.id)
+            if await step_gates.hold(self, step, attempt):
+                continue  # ready, waiting for a person's approval
+            self.scheduler.start(step.id)
             self.meta[step.id].new_attempt(now)
             await self._send(step, attempt, task_id(self.run_id, step.id, attempt, self.fence))
             await self.events.emit(StepDispatched(run_id=self.run_id, step_id=step.id,
@@ -313,6 +332,7 @@ class Run:
             await self.dispatch([step])
         else:
             self.scheduler.fail(step.id, error)
+            self._check_abort()
             self.check_round_over()
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
@@ -336,6 +356,15 @@ class Run:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def reviewed(self, step: Step) -> bool:
+        """Does the step's output go to the critic? Asked for, or criteria to check."""
+        return step.review or bool(step.success_criteria and self.team.kind_roles("critic"))
+
+    @property
+    def holding(self) -> bool:
+        """Steps planned now wait for the round's approval before they run."""
+        return self.review_mode != "off" and not self.plan_closed
+
     def state_of(self, step_id: int) -> StepState | None:
         """The step's state; None for ids not in the current plan (dropped or never seen)."""
         try:
@@ -358,13 +387,21 @@ class Run:
         if self.scheduler.closed and self.scheduler.is_done():
             self.notify()
 
+    def _check_abort(self) -> None:
+        """A failed step whose ``on_failure`` is ``abort`` ends the run now."""
+        for sid, error in self.scheduler.failures.items():
+            if self.scheduler.step(sid).on_failure == "abort":
+                self.abort(RunFailure("execute", f"step {sid} failed and its on_failure is "
+                                      f"\"abort\": {error}", "step_failed"))
+
     def _why_replan(self) -> tuple[str, str]:
         if self.replan is not None:
             return self.replan.reason, self.replan.source
-        failures = self.scheduler.failures
+        failures = {sid: error for sid, error in self.scheduler.failures.items()
+                    if self.scheduler.step(sid).on_failure != "continue"}
         if failures:
-            return "; ".join(f"step {sid} failed: {err}" for sid, err in failures.items()), \
-                "planner"
+            return "; ".join(f"step {sid} failed (role {self.scheduler.step(sid).role}): {err}"
+                             for sid, err in failures.items()), "planner"
         return "", ""
 
     async def _finish(self, answer: str) -> None:

@@ -19,17 +19,27 @@ from protocols.codec import UNREADABLE
 from runtime import telemetry
 from runtime.errors import PlanValidationError
 from runtime.llm import ChatMessage, LineStream
-from runtime.scheduler import references
+from runtime.plans import check_tool_allowed
 
-from . import prompts
-from .run_state import RunFailure, StepMeta, accepted_in_round
+from . import plan_review, prompts
+from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 
 if TYPE_CHECKING:
     from .run import Run
 
 
+GIVEN_PLAN = "given plan"
+"""The model a PlanStarted names when the run's request carried its first plan."""
+
+
 async def plan_round(run: Run, round_: int, reason: str) -> None:
     """Stream the plan into the scheduler, asking again after an invalid plan."""
+    if round_ == 0 and run.request.plan is not None:
+        await _given_plan(run, run.request.plan)
+        return
+    if run.holding and await plan_review.resume_round(run, round_):
+        await _close(run, round_, len(accepted_in_round(run.scheduler, run.meta)))
+        return
     accepted = accepted_in_round(run.scheduler, run.meta)
     error = ""
     team, model = run.team, run.planner.model
@@ -47,13 +57,11 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
         try:
             with telemetry.plan_span(run.run_id, run.planner.name, round_, attempt) as span:
                 steps = await _traced_attempt(run, round_, messages, accepted, span)
-            async with run.lock:
-                run.scheduler.close_plan()
-                run.plan_closed = True
-                await run.events.emit(PlanFinished(run_id=run.run_id, round=round_,
-                                                   steps=steps))
-                run.check_round_over()
-            await run.save()
+            if run.holding:
+                plan_review.check_complete(run)
+                await plan_review.await_approval(run, round_)
+                steps = len(accepted_in_round(run.scheduler, run.meta))
+            await _close(run, round_, steps)
             return
         except PlanValidationError as exc:
             error = str(exc)
@@ -96,17 +104,43 @@ async def _traced_attempt(run: Run, round_: int, messages: list[ChatMessage],
     return steps
 
 
+async def _close(run: Run, round_: int, steps: int) -> None:
+    """The round's plan is complete: every dependency must name a declared step."""
+    async with run.lock:
+        run.scheduler.close_plan()
+        run.plan_closed = True
+        await run.events.emit(PlanFinished(run_id=run.run_id, round=round_, steps=steps))
+        run.check_round_over()
+    await run.save()
+
+
+async def _given_plan(run: Run, steps: list[Step]) -> None:
+    """The request's own first plan (a saved plan): no model call. The planner checked it
+    when it took the run on, so a step it now refuses fails the run, with no retry."""
+    await run.events.emit(PlanStarted(run_id=run.run_id, round=0, model=GIVEN_PLAN))
+    try:
+        for step in steps:
+            if step.id not in run.meta:  # a planner taking the run over may find some
+                await _accept(run, 0, step)
+        if run.holding:  # a reviewed run reviews a given plan too
+            plan_review.check_complete(run)
+            await plan_review.await_approval(run, 0)
+        await _close(run, 0, len(steps))
+    except PlanValidationError as exc:
+        raise RunFailure("plan", f"the given plan is invalid: {exc}", "plan") from exc
+
+
 async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step]) -> int:
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
-    seen = {s.id: _shape(s) for s in accepted}  # a re-asked model may repeat a step
+    seen = {s.id: shaped(s) for s in accepted}  # a re-asked model may repeat a step
     async with stream as lines:
         try:
             async for number, line in _numbered(lines):
                 step = _parse_step(number, line)
-                if step is None or seen.get(step.id) == _shape(step):
+                if step is None or seen.get(step.id) == shaped(step):
                     continue
-                seen[step.id] = _shape(step)
+                seen[step.id] = shaped(step)
                 if run.stream_plan:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
                         await _accept(run, round_, step)
@@ -120,13 +154,6 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
         await _accept(run, round_, step)
         accepted.append(step)
     return len(accepted)
-
-
-def _shape(step: Step) -> Step:
-    """The step as its ``step.planned`` event shows it (``$N`` references counted among its
-    dependencies): a step rebuilt from that event equals the model's line it came from."""
-    return msgspec.structs.replace(
-        step, depends_on=sorted(set(step.depends_on) | set(references(step.args))))
 
 
 def _check_complete(lines: LineStream, count: int) -> None:
@@ -146,25 +173,18 @@ def _check_complete(lines: LineStream, count: int) -> None:
 
 async def _accept(run: Run, round_: int, step: Step) -> None:
     async with run.lock:
-        _check_tool_allowed(run, step)
-        ready = run.scheduler.add(step)
-        run.meta[step.id] = StepMeta(round_)
-        run.touch(step.id)
-        # Subscribers see the real DAG: $N references count as dependencies.
-        await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=_shape(step)))
-        await run.dispatch(ready)
+        if run.holding:  # it runs once the round is approved
+            await plan_review.accept_held(run, round_, step)
+        else:
+            check_tool_allowed(run.team, step, run.planner.known_tools)
+            ready = run.scheduler.add(step)
+            run.meta[step.id] = StepMeta(round_)
+            run.touch(step.id)
+            # Subscribers see the real DAG: $N references count as dependencies.
+            await run.events.emit(StepPlanned(run_id=run.run_id, round=round_,
+                                              step=shaped(step)))
+            await run.dispatch(ready)
     await run.save()
-
-
-def _check_tool_allowed(run: Run, step: Step) -> None:
-    role = run.team.roles.get(step.role)
-    if step.tool not in run.planner.known_tools:
-        return  # an unknown tool (or none): the scheduler says which tools exist
-    if role is not None and step.tool is not None and step.tool not in role.tools:
-        raise PlanValidationError(
-            f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
-            f"its tools are: {', '.join(role.tools) or 'none'}. Assign the step to a role "
-            "that has the tool.", step_id=step.id)
 
 
 def _next_id(run: Run) -> int:

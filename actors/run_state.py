@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import msgspec
 from nats.js.errors import APIError
 
 from protocols import (
@@ -39,7 +40,7 @@ from runtime.bus import (
     Fenced,
     fence_headers,
 )
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import Scheduler, StepState, references
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,13 @@ def header(
         started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
         announced=announced, fence=fence,
     )
+
+
+def shaped(step: Step) -> Step:
+    """The step as its ``step.planned`` event shows it (``$N`` references counted among its
+    dependencies): a step rebuilt from that event equals the model's line it came from."""
+    return msgspec.structs.replace(
+        step, depends_on=sorted(set(step.depends_on) | set(references(step.args))))
 
 
 def accepted_in_round(scheduler: Scheduler, meta: dict[int, StepMeta]) -> list[Step]:

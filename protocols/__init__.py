@@ -11,6 +11,8 @@ from .events import TERMINAL_EVENTS as TERMINAL_EVENTS
 from .events import CriticVerdict as CriticVerdict
 from .events import Event as Event
 from .events import OutcomeRefused as OutcomeRefused
+from .events import PlanApproved as PlanApproved
+from .events import PlanAwaitingApproval as PlanAwaitingApproval
 from .events import PlanFinished as PlanFinished
 from .events import PlanRejected as PlanRejected
 from .events import PlanStarted as PlanStarted
@@ -20,6 +22,8 @@ from .events import RunFailed as RunFailed
 from .events import RunFinished as RunFinished
 from .events import RunResumed as RunResumed
 from .events import RunStarted as RunStarted
+from .events import StepApproved as StepApproved
+from .events import StepAwaitingApproval as StepAwaitingApproval
 from .events import StepDispatched as StepDispatched
 from .events import StepFailed as StepFailed
 from .events import StepFinished as StepFinished
@@ -31,6 +35,8 @@ from .events import WorkFailed as WorkFailed
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
 from .messages import Offloaded as Offloaded
+from .messages import PlanDecision as PlanDecision
+from .messages import PlanReviewTask as PlanReviewTask
 from .messages import ReplanRequest as ReplanRequest
 from .messages import ReviewTask as ReviewTask
 from .messages import RunAccepted as RunAccepted
@@ -39,6 +45,7 @@ from .messages import RunId as RunId
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest
 from .messages import StepClaimed as StepClaimed
+from .messages import StepDecision as StepDecision
 from .messages import StepResult as StepResult
 from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision
@@ -48,6 +55,7 @@ from .messages import WorkError as WorkError
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
 from .plan import Plan as Plan
+from .plan import SavedPlan as SavedPlan
 from .plan import Step as Step
 from .plan import StepId as StepId
 from .schema import PUBLIC_MESSAGES as PUBLIC_MESSAGES

@@ -99,7 +99,8 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     """Why, as a word: ``error`` (the executor reported it), ``timeout`` (start-to-close),
     ``heartbeat`` (its executor went silent), ``unserved`` (no live executor of its role),
     ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out),
-    ``unclaimed`` (a result came without a claim that counts)."""
+    ``unclaimed`` (a result came without a claim that counts), ``declined`` (a person
+    rejected it at its approval gate), ``approval`` (nobody decided at its gate in time)."""
 
 
 class StepReviewing(Event, frozen=True, kw_only=True, tag="event.step.reviewing"):
@@ -186,8 +187,60 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     cause: str = ""
     """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
     ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
-    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``storage`` (a stream was
-    full), ``cancelled`` (a client's ``run.cancel``), ``crash``."""
+    ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``approval`` (nobody decided
+    on a plan awaiting approval in time), ``storage`` (a stream was full), ``cancelled`` (a
+    client's ``run.cancel``), ``step_failed`` (a step with ``on_failure`` "abort" failed),
+    ``crash``."""
+
+
+class PlanAwaitingApproval(Event, frozen=True, kw_only=True,
+                           tag="event.plan.awaiting_approval"):
+    """The round is planned in full and nothing of it runs until it is decided on."""
+
+    round: int
+    digest: str
+    """Names this plan: a decision must repeat it."""
+    steps: list[Step]
+    """The plan awaiting approval."""
+    reviewer: Literal["human", "auto"]
+    """Who decides: a person (``plancast plan approve``) or the critic."""
+    deadline: float
+    """Unix time after which the run fails (``[timeouts] approval``)."""
+
+
+class PlanApproved(Event, frozen=True, kw_only=True, tag="event.plan.approved"):
+    """The round's plan was approved; its steps run now."""
+
+    round: int
+    by: str
+    """Who approved it (``role/instance`` or the name a person gave)."""
+    edited: bool = False
+    """True if the approved plan is an edit of the one proposed (its steps are planned
+    again just after this event)."""
+    changes: str = ""
+    """What the edit changed, step by step."""
+
+
+class StepAwaitingApproval(Event, frozen=True, kw_only=True,
+                           tag="event.step.awaiting_approval"):
+    """The step is ready but runs only once a person approves this attempt."""
+
+    step_id: StepId
+    attempt: int
+    role: str
+    reason: str
+    """Why it needs approval (its role, or a tool it may use)."""
+    deadline: float
+    """Unix time after which the attempt fails (``[timeouts] approval``)."""
+
+
+class StepApproved(Event, frozen=True, kw_only=True, tag="event.step.approved"):
+    """The attempt held at its approval gate may run; it is dispatched next."""
+
+    step_id: StepId
+    attempt: int
+    by: str
+    """Who approved it."""
 
 
 RunEvent = (
@@ -196,6 +249,10 @@ RunEvent = (
     | StepPlanned
     | PlanRejected
     | PlanFinished
+    | PlanAwaitingApproval
+    | PlanApproved
+    | StepAwaitingApproval
+    | StepApproved
     | StepDispatched
     | StepStarted
     | StepFinished

@@ -6,12 +6,13 @@ the first Ctrl-C in ``run`` cancels the run, in ``watch`` it only stops watching
 
 from __future__ import annotations
 
+import enum
 import signal
 import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import anyio
 import msgspec
@@ -20,7 +21,7 @@ from rich.live import Live
 
 from protocols import RunFailed, RunFinished, RunRequest, encode
 
-from . import preflight
+from . import plans, preflight
 from .bus import Bus
 from .cli import (
     ConnectTimeoutOpt,
@@ -39,6 +40,7 @@ from .cli_setup import build_settings, console, local_deployment, print_error, s
 from .client import cancel, follow, submit
 from .connection import open_bus
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
+from .errors import PlanValidationError
 from .process import open_deployment
 from .settings import Settings
 from .status import collect_runs, read_run, render_runs
@@ -146,7 +148,8 @@ def demo(
 
 @app.command()
 def run(
-    goal: Annotated[str, typer.Argument(help="What the team should achieve.")],
+    goal: Annotated[str | None, typer.Argument(
+        help="What the team should achieve (with --plan: the plan's own goal).")] = None,
     team: TeamOpt = None,
     nats: NatsOpt = None,
     creds: CredsOpt = None,
@@ -155,12 +158,21 @@ def run(
     as_json: JsonOpt = False,
     max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
     max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
+    plan: Annotated[Path | None, typer.Option(
+        help="Run this saved plan (`plancast plan save`) with no planner model call.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        help="NAME=VALUE for a {{NAME}} of the plan (repeatable).")] = None,
+    review_plan: Annotated[ReviewMode | None, typer.Option(
+        help="Hold each plan for approval (`plancast plan approve`) or the critic's review; "
+             "default: the team's review_plan.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
     setup_logging(verbose, quiet=True)
     settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
-    request = RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
+    request = _request(goal, plan, param or [], max_replans=max_replans, max_steps=max_steps)
+    if review_plan is not None:
+        request = msgspec.structs.replace(request, review_plan=review_plan.value)
 
     async def main() -> int:
         if settings.nats_url:
@@ -169,10 +181,47 @@ def run(
         team_config = _team(team)
         tools = team_tools(team_config)
         preflight.check(team_config, tools)
+        if request.plan is not None:  # refused here rather than by the planner
+            try:
+                plans.check_plan(request.plan, team_config, team_config.tool_names()
+                                 | set(tools.names()), max_steps=request.max_steps)
+            except PlanValidationError as exc:
+                raise plans.PlanFileError(
+                    f"{plan}: the plan cannot run on this team: {exc}") from None
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
     _run_async(main, verbose=verbose)
+
+
+class ReviewMode(enum.Enum):
+    """``plancast run --review-plan``."""
+
+    off = "off"
+    human = "human"
+    auto = "auto"
+
+
+def _request(goal: str | None, plan_file: Path | None, params: list[str], *,
+             max_replans: int, max_steps: int) -> RunRequest:
+    """The run to submit: a goal for the planner's model, or a saved plan filled in."""
+    if plan_file is None:
+        if params:
+            _usage_error("--param fills a saved plan: give --plan FILE too")
+        if not goal:
+            _usage_error("give a goal (plancast run \"...\"), or a saved plan with --plan FILE")
+        return RunRequest(goal=goal or "", max_replans=max_replans, max_steps=max_steps)
+    try:
+        saved = plans.fill(plans.load(plan_file), plans.parse_params(params))
+    except plans.PlanFileError as exc:
+        _usage_error(str(exc))
+    return RunRequest(goal=goal or saved.goal, plan=saved.steps, max_replans=max_replans,
+                      max_steps=max(max_steps, len(saved.steps)))
+
+
+def _usage_error(message: str) -> NoReturn:
+    print_error(message)
+    raise typer.Exit(2)
 
 
 @app.command("cancel")

@@ -22,7 +22,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from protocols import (
     TERMINAL_EVENTS,
@@ -324,3 +324,31 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, APIError):
         return f"{exc.description or type(exc).__name__} (code {exc.code})"
     return str(exc) or type(exc).__name__
+
+
+async def last_event(bus: Bus, run_id: str) -> RunEvent | None:
+    """The run's latest stored event, None if it has none: the log says a run has ended a
+    moment before its stored state does."""
+    stream = stream_name(bus.prefix, Stream.EVENTS)
+    try:
+        raw = await bus.js.get_last_msg(stream, bus.subject(Verb.EVENT, run_id))
+    except NotFoundError:
+        return None
+    try:
+        event: RunEvent = decoder_for(RunEvent).decode(await bus.resolve(raw.data or b""))
+    except UNREADABLE:
+        return None  # a newer kind of event: the run has not ended as far as we know
+    return event
+
+
+async def events_so_far(bus: Bus, run_id: str) -> list[RunEvent]:
+    """The run's events stored until now, from the first (it does not wait for more)."""
+    last = await last_event(bus, run_id)
+    if last is None:
+        return []
+    events = []
+    async for event in follow(bus, run_id):
+        events.append(event)
+        if event.seq >= last.seq:
+            break
+    return events

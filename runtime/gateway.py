@@ -22,8 +22,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from protocols import (
+    PlanAwaitingApproval,
     RunAccepted,
     RunRequest,
+    Step,
     decode,
     encode,
 )
@@ -31,6 +33,7 @@ from protocols.codec import UNREADABLE
 
 from .bus import Bus
 from .client import RunNotAccepted, follow, submit
+from .review import NothingAwaitsApproval, decide_plan, plan_awaiting
 from .status import collect_runs, read_run
 
 PING = 15.0
@@ -44,6 +47,8 @@ def gateway(bus: Bus) -> Starlette:
         Route("/runs", list_runs, methods=["GET"]),
         Route("/runs/{run_id}", get_run, methods=["GET"]),
         Route("/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/runs/{run_id}/plan", plan_awaiting_approval, methods=["GET"]),
+        Route("/runs/{run_id}/plan", decide_on_plan, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/", dashboard, methods=["GET"]),
     ])
@@ -116,6 +121,43 @@ async def run_events(request: Request) -> Response:
     return EventSourceResponse(events(), ping=PING)
 
 
+class PlanDecisionBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /runs/{id}/plan``: the decision on the plan the run holds for approval."""
+
+    approved: bool
+    """True runs it (``steps`` if given); False sends it back to the planner's model."""
+    steps: list[Step] | None = None
+    """An edited plan, checked like the model's."""
+    reason: str = ""
+    """Why it is rejected."""
+    by: str = ""
+    """Who decides, for the run's record."""
+
+
+async def plan_awaiting_approval(request: Request) -> Response:
+    """The plan the run holds for approval (``event.plan.awaiting_approval``); 404 if none."""
+    try:
+        return _json(await plan_awaiting(_bus(request), request.path_params["run_id"]))
+    except NothingAwaitsApproval as exc:
+        return _error(404, str(exc))
+
+
+async def decide_on_plan(request: Request) -> Response:
+    """Approve, edit or reject the awaiting plan; 202 once the decision is stored (the run's
+    events say whether it counted: ``event.plan.approved`` or ``event.outcome.refused``)."""
+    try:
+        body = msgspec.json.decode(await request.body(), type=PlanDecisionBody)
+    except UNREADABLE as exc:
+        return _error(422, f"not a plan decision ({{approved, steps?, reason?, by?}}): {exc}")
+    try:
+        plan = await decide_plan(_bus(request), request.path_params["run_id"],
+                                 approved=body.approved, steps=body.steps, reason=body.reason,
+                                 by=body.by or "gateway")
+    except NothingAwaitsApproval as exc:
+        return _error(404, str(exc))
+    return _json({"round": plan.round, "digest": plan.digest}, 202)
+
+
 DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
 """One page, plain JavaScript: the run list, and for one run its DAG and timeline, live."""
 
@@ -129,7 +171,8 @@ async def openapi(request: Request) -> Response:
 
 
 _SCHEMAS = msgspec.json.schema_components(
-    (RunRequest, RunAccepted), ref_template="#/components/schemas/{name}")[1]
+    (RunRequest, RunAccepted, PlanAwaitingApproval, PlanDecisionBody),
+    ref_template="#/components/schemas/{name}")[1]
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "plancast gateway", "version": "1",
@@ -164,6 +207,24 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": {"description": "text/event-stream; data: the event's JSON "
                                                  "as on the wire (see `plancast schema`)"},
                           "404": {"description": "no such run"}}}},
+        "/runs/{run_id}/plan": {
+            "get": {"summary": "The plan the run holds for approval",
+                    "parameters": [{"name": "run_id", "in": "path", "required": True,
+                                    "schema": {"type": "string"}}],
+                    "responses": {
+                        "200": {"description": "the plan", "content": {"application/json": {
+                            "schema": {"$ref": "#/components/schemas/PlanAwaitingApproval"}}}},
+                        "404": {"description": "no plan awaits approval"}}},
+            "post": {"summary": "Approve (maybe edited) or reject the awaiting plan",
+                     "parameters": [{"name": "run_id", "in": "path", "required": True,
+                                     "schema": {"type": "string"}}],
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/PlanDecisionBody"}}}},
+                     "responses": {"202": {"description": "stored; the run's events tell "
+                                                         "whether it counted"},
+                                   "404": {"description": "no plan awaits approval"},
+                                   "422": {"description": "not a plan decision"}}},
+        },
     },
     "components": {"schemas": _SCHEMAS},
 }

@@ -183,12 +183,14 @@ class Scheduler:
         self._new_in_round = 0
 
     def discard_pending(self) -> list[int]:
-        """Forget this round's steps that never became ready (after a rejected plan).
+        """Forget this round's steps that never started (after a rejected plan, or a held
+        plan that is edited).
 
         Dispatched steps may be running and stay; a kept step never waits on a dropped one
-        because only steps whose dependencies were all met ever left PENDING.
+        because only steps whose dependencies were all met ever started.
         """
-        gone = [sid for sid, state in self._state.items() if state is StepState.PENDING]
+        gone = [sid for sid, state in self._state.items()
+                if state in (StepState.PENDING, StepState.READY)]
         for sid in gone:
             del self._state[sid], self._steps[sid], self._deps[sid], self._attempts[sid]
             self._new_in_round -= 1

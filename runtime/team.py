@@ -62,6 +62,10 @@ class Timeouts(BaseModel):
     """From asking the synthesizer to its decision."""
     plan: float = Field(default=300.0, gt=0)
     """One streamed plan, from the request to its last line."""
+    approval: float = Field(default=3600.0, gt=0)
+    """A plan awaiting approval (``review_plan``), or a step at its approval gate, from the
+    moment it is announced to the decision; with ``auto`` plan review the critic has
+    ``review`` seconds instead."""
     run: float = Field(default=0.0, ge=0)
     """The whole run, unless its request sets ``timeout``; 0 means no overall deadline."""
 
@@ -89,6 +93,9 @@ class RoleConfig(BaseModel):
     """Model/tool round trips one agent step may take."""
     step_timeout: float | None = Field(default=None, gt=0)
     """Start-to-close timeout of this role's steps; None uses ``[timeouts] step``."""
+    approval: bool = False
+    """Each step of this role waits for a person's approval before it runs (high-risk
+    work: ``plancast plan approve RUN --step N``), each attempt anew."""
     tool_steps_only: bool = False
     """An executor that only runs tool steps, so it needs no model."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -124,6 +131,15 @@ class TeamConfig(BaseModel):
     max_active_runs: int = Field(default=100, ge=1)
     """Runs one planner process takes on from submissions at once; a submit beyond it is
     answered ``run.rejected`` (runs it adopts from a dead planner are always taken on)."""
+    review_plan: Literal["off", "human", "auto"] = "off"
+    """Hold every plan round for approval before any of it runs: by a person (``plancast
+    plan approve``/``reject``) or by the critic (``auto``), who checks it against
+    ``plan_policy``. A run's request may set its own."""
+    plan_policy: str = ""
+    """What an ``auto`` reviewer checks each plan against, in plain words."""
+    approve_tools: list[str] = Field(default_factory=list)
+    """Steps that call, or may call, these tools wait for a person's approval before each
+    attempt runs (``rm``, ``deploy``, ``http_post`` ...), whatever their role."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 

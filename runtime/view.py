@@ -12,6 +12,8 @@ from rich.text import Text
 from protocols import (
     CriticVerdict,
     OutcomeRefused,
+    PlanApproved,
+    PlanAwaitingApproval,
     PlanRejected,
     ReplanStarted,
     RunEvent,
@@ -19,6 +21,8 @@ from protocols import (
     RunFinished,
     RunResumed,
     RunStarted,
+    StepApproved,
+    StepAwaitingApproval,
     StepDispatched,
     StepFailed,
     StepFinished,
@@ -70,6 +74,11 @@ class RunView:
                             default=0)
                 self.rows[s.id] = _Row(s.title or s.tool or (s.instruction or "")[:40], s.role,
                                        ",".join(map(str, s.depends_on)) or "-", depth=depth)
+            case StepAwaitingApproval():
+                row = self.rows[event.step_id]
+                row.state, row.note = "awaiting approval", event.reason[:200]
+            case StepApproved():
+                self.rows[event.step_id].note = f"approved by {event.by}"
             case StepDispatched():
                 row = self.rows[event.step_id]
                 row.state, row.attempt = "dispatched", event.attempt
@@ -95,6 +104,14 @@ class RunView:
                 self.notes.append(f"plan rejected: {event.error[:100]}")
                 # The planner drops the rejected plan's steps that were never dispatched.
                 self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
+            case PlanAwaitingApproval():
+                self.notes.append(f"plan of round {event.round} awaits approval "
+                                  f"({event.reviewer}): plancast plan show {self.run_id}")
+            case PlanApproved():
+                edit = f", edited: {event.changes[:100]}" if event.edited else ""
+                self.notes.append(f"plan of round {event.round} approved by {event.by}{edit}")
+                if event.edited:  # its steps are planned again, as edited
+                    self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
             case ReplanStarted():
                 self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
             case UsageRecorded():

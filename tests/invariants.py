@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from protocols import (
+    PlanApproved,
     PlanRejected,
     ReplanStarted,
     RunEvent,
@@ -42,6 +43,10 @@ from protocols import (
 
 Attempt = tuple[int, int]
 """(step id, attempt)."""
+
+
+GATE_CAUSES = ("declined", "approval")
+"""Why an attempt held at its approval gate fails without ever being dispatched."""
 
 
 def event_log_violations(events: Sequence[RunEvent], *, complete: bool = True) -> list[str]:
@@ -111,8 +116,9 @@ class _StepRules:
         match event:
             case StepPlanned():
                 self._planned(event)
-            case PlanRejected():
-                # Steps not dispatched yet are discarded: the corrected plan may redo them.
+            case PlanRejected() | PlanApproved(edited=True):
+                # Steps not dispatched yet are discarded: the corrected (or edited) plan may
+                # redo them.
                 self.last_round &= self.dispatched_steps
             case ReplanStarted():
                 self.generation += 1
@@ -172,7 +178,7 @@ class _StepRules:
             if event.executor and claimed and event.executor not in claimed:
                 self.bad("claimant", event, f"finished by {event.executor}, which never "
                          f"claimed it (claimants: {', '.join(sorted(claimed))})")
-        elif key not in self.dispatched:
+        elif key not in self.dispatched and event.cause not in GATE_CAUSES:
             self.bad("dispatched-first", event, f"attempt {event.attempt} of step "
                      f"{event.step_id} failed ({event.cause or 'error'}) but was never "
                      "dispatched")

@@ -79,6 +79,41 @@ def fake_install(site: Path) -> Path:
     return site
 
 
+async def test_a_saved_plan_runs_with_two_parameter_sets(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    env = clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix)
+    script = str(EXAMPLES / "saved_plan" / "run.py")
+    auth = await run(PYTHON, script, "service=auth", "replicas=3", "rps_per_replica=250",
+                     cwd=tmp_path, env=env)
+    search = await run(PYTHON, script, "service=search", "replicas=2", "rps_per_replica=40",
+                       cwd=tmp_path, env=env)
+    missing = await run(PYTHON, script, "service=auth", cwd=tmp_path, env=env)
+    assert auth.returncode == 0, stderr_tail(auth)
+    assert auth.stdout.decode().splitlines() == [
+        "step 1: 750", "step 2: auth serves 750 requests per second"]
+    assert search.returncode == 0, stderr_tail(search)
+    assert search.stdout.decode().splitlines()[-1] == "step 2: search serves 80 requests per second"
+    assert missing.returncode == 2 and missing.stderr.decode().strip() == (
+        "error: the plan needs --param replicas=VALUE, --param rps_per_replica=VALUE")
+
+
+async def test_plan_review_edits_then_rejects_and_rewrites(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    env = clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix)
+    script = str(EXAMPLES / "plan_review" / "run.py")
+    edited = await run(PYTHON, script, cwd=tmp_path, env=env)
+    rejected = await run(PYTHON, script, "--reject", cwd=tmp_path, env=env)
+    assert edited.returncode == 0, stderr_tail(edited)
+    assert edited.stdout.decode().splitlines()[-3:] == [
+        "approved by reviewer (step 2: args)", "step 1: build",
+        "step 2: deploy build to staging"]
+    assert rejected.returncode == 0, stderr_tail(rejected)
+    lines = rejected.stdout.decode().splitlines()
+    assert "rejected: never production" in lines and lines[-1] == "step 2: deploy build to canary"
+
+
 async def test_plugin_role_is_discovered_and_serves_steps(
     nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

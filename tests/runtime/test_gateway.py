@@ -13,7 +13,7 @@ import anyio
 import httpx2
 import pytest
 
-from protocols import encode
+from protocols import PlanApproved, PlanAwaitingApproval, RunFinished, encode
 from runtime.client import follow
 from runtime.embedded import free_port
 from runtime.process import open_deployment
@@ -104,6 +104,38 @@ async def _exercise(client: httpx2.AsyncClient, bus: Any) -> tuple[Any, Any, Any
     assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/events"} <= spec["paths"].keys()
     assert "RunRequest" in spec["components"]["schemas"]
     return events, resumed, wire
+
+
+async def test_a_plan_awaiting_approval_is_read_and_approved_over_http(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async with open_scripted_model_server(Scenario(rules=RULES)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)) as bus, \
+                serving_gateway(nats_url, prefix, tmp_path) as url, \
+                httpx2.AsyncClient(base_url=url, timeout=30) as client:
+            accepted = await client.post("/runs", json={"goal": "greet the world",
+                                                        "review_plan": "human"})
+            run_id = accepted.json()["run_id"]
+            async for event in follow(bus, run_id):
+                if isinstance(event, PlanAwaitingApproval):
+                    break
+            shown = await client.get(f"/runs/{run_id}/plan")
+            bad = await client.post(f"/runs/{run_id}/plan", json={"approve": True})
+            decided = await client.post(f"/runs/{run_id}/plan",
+                                        json={"approved": True, "by": "web"})
+            events = [e async for e in follow(bus, run_id)]
+            after = await client.get(f"/runs/{run_id}/plan")
+            spec = (await client.get("/openapi.json")).json()
+    assert shown.status_code == 200 and shown.json()["type"] == "event.plan.awaiting_approval"
+    assert [s["id"] for s in shown.json()["steps"]] == [1, 2]
+    assert bad.status_code == 422
+    assert decided.status_code == 202 and decided.json()["digest"] == shown.json()["digest"]
+    assert [e.by for e in events if isinstance(e, PlanApproved)] == ["web"]
+    assert isinstance(events[-1], RunFinished)
+    assert after.status_code == 404 and "awaits approval" in after.json()["error"]
+    assert "/runs/{run_id}/plan" in spec["paths"]
 
 
 def _listening(port: int) -> bool:
