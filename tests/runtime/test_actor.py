@@ -226,7 +226,7 @@ async def test_a_worker_holds_no_more_work_than_its_concurrency(
         await tg.start(actor.serve)
         for i in range(3):
             await bus.publish_durable(bus.subject(Verb.STEP, "echo"),
-                                      task("sleep:1", step_id=i + 1))
+                                      task("sleep:3", step_id=i + 1))  # outlasts the check below
         await actor.working.wait()
         info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
         assert info.num_ack_pending == 1 and info.num_pending == 2
