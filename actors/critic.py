@@ -17,9 +17,10 @@ from runtime.agent import run_agent
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError
 from runtime.role import RoleActor, RoleContext
+from runtime.structured import answer_constraint
 
 from . import prompts
-from ._json import VerdictAnswer, find_json_object, response_format
+from ._json import VerdictAnswer, find_json_object
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _CODE_HINTS = ("def ", "import ", "print(", "class ", "assert ", "return ")
@@ -64,8 +65,7 @@ class Critic(RoleActor):
              {"role": "user", "content": prompts.review_request(
                  task.goal, task.step, task.output, task.inputs)}],
             self.tools, max_rounds=self.config.max_tool_rounds,
-            response_format=response_format(
-                VerdictAnswer, bool(self.config.options.get("structured_output"))),
+            constraint=answer_constraint(self.model.settings.structured, VerdictAnswer),
         )
         answer = find_json_object(outcome.text) or {}
         approved = answer.get("approved") is True

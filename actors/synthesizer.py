@@ -8,9 +8,10 @@ from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
 from runtime.actor import Source, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.role import RoleActor
+from runtime.structured import answer_constraint
 
 from . import prompts
-from ._json import DecisionAnswer, find_json_object, response_format
+from ._json import DecisionAnswer, find_json_object
 
 
 class Synthesizer(RoleActor):
@@ -32,8 +33,7 @@ class Synthesizer(RoleActor):
             {"role": "system", "content": self.config.system_prompt or prompts.SYNTHESIZER},
             {"role": "user", "content": prompts.synthesis_request(
                 task.goal, task.plan, task.results, task.failures, task.replans_left)},
-        ], response_format=response_format(
-            DecisionAnswer, bool(self.config.options.get("structured_output"))))
+        ], constraint=answer_constraint(self.model.settings.structured, DecisionAnswer))
         answer = find_json_object(completion.text)
         if answer is None:  # plain prose is taken as the answer itself
             answer = {"action": "finish", "answer": completion.text.strip()}
@@ -41,8 +41,8 @@ class Synthesizer(RoleActor):
         decision = SynthesisDecision(
             run_id=task.run_id, round=task.plan.round,
             action="replan" if wants_replan else "finish",
-            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason", "")),
-            reason=str(answer.get("reason", "")), usage=completion.usage,
+            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason") or ""),
+            reason=str(answer.get("reason") or ""), usage=completion.usage,
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,
