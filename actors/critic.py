@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 from protocols import Message, ReviewTask, Stream, Verb, Verdict
 from runtime.actor import Source, WorkQueue, on
@@ -17,6 +19,7 @@ from runtime.agent import run_agent
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError
 from runtime.role import RoleActor, RoleContext
+from runtime.role_options import RoleOption
 from runtime.structured import answer_constraint
 
 from . import prompts
@@ -44,6 +47,7 @@ class Critic(RoleActor):
     """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "critic"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
         super().__init__(ctx, instance=instance)

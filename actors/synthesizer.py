@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
 from runtime.actor import Source, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.role import RoleActor
+from runtime.role_options import RoleOption
 from runtime.structured import answer_constraint
 
 from . import prompts
@@ -19,6 +22,7 @@ class Synthesizer(RoleActor):
     ``<prefix>.result.<run_id>.<role>``."""
 
     role = "synthesizer"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def sources(self) -> Sequence[Source]:
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis")]

@@ -69,12 +69,15 @@ def finish(answer: str, **fields: Any) -> Rule:
 
 
 def make_team(base_url: str, roles: dict[str, Any] | None = None, *,
-              model: dict[str, Any] | None = None, **policy: Any) -> TeamConfig:
+              model: dict[str, Any] | None = None,
+              presets: dict[str, dict[str, Any]] | None = None, **policy: Any) -> TeamConfig:
     """Planner, a tool-only ``worker``, a synthesizer, plus ``roles``; all on the scripted
-    model (its preset ``scripted`` extended with ``model``)."""
+    model (its preset ``scripted`` extended with ``model``; ``presets`` are more presets of
+    the same server for ``roles`` to name)."""
+    scripted = {"model": "scripted-model", "base_url": base_url, "max_retries": 0}
     data: dict[str, Any] = {
-        "models": {"scripted": {"model": "scripted-model", "base_url": base_url,
-                                "max_retries": 0, **(model or {})}},
+        "models": {"scripted": {**scripted, **(model or {})},
+                   **{name: {**scripted, **extra} for name, extra in (presets or {}).items()}},
         "roles": {
             "planner": {"kind": "planner", "model": "scripted"},
             "worker": {"description": "runs tools", "tools": WORKER_TOOLS,
@@ -166,19 +169,20 @@ async def run_team(
     tools: ToolRegistry | None = None, planner_options: dict[str, Any] | None = None,
     request: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
     serve: list[str] | None = None, model: dict[str, Any] | None = None,
-    rejects: Sequence[Rejection] = (),
+    presets: dict[str, dict[str, Any]] | None = None, rejects: Sequence[Rejection] = (),
     during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
     ``settings`` override the deployment's, ``serve`` names the roles that get a process
-    (all by default), ``model`` extends the scripted model's preset (``structured`` ...),
+    (all by default), ``model`` extends the scripted model's preset (``structured`` ...)
+    and ``presets`` adds presets of the same server,
     ``rejects`` are constraints the model server refuses, and ``during(bus, run_id)`` runs
     beside the run (e.g. to meddle).
     """
     scenario = Scenario(rules=list(rules), rejects=list(rejects))
     async with open_scripted_model_server(scenario) as server:
-        team = make_team(server.base_url, roles, model=model, **policy)
+        team = make_team(server.base_url, roles, model=model, presets=presets, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
         config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from runtime.testing import Rule
+from protocols import WorkFailed
+from runtime.testing import Rejection, Rule
 
 from ..runtime.gbnf_check import parse_gbnf
 from .harness import finish, run_team
@@ -84,3 +85,27 @@ async def test_off_sends_no_constraint(nats_url: str, prefix: str) -> None:
     out = await run_team(nats_url, prefix, RULES, roles=ROLES)
     assert out.answer == "done"
     assert all(r.constraint_kind is None for r in out.requests)
+
+
+LLAMA_CPP_PYTHON = Rejection(constraint="json_schema", status=500)
+"""llama-cpp-python's server: 500 "Input should be 'text' or 'json_object'"."""
+
+
+@pytest.mark.parametrize("role", ["critic", "synthesizer"])
+async def test_a_refused_answer_constraint_fails_the_run_once(
+        nats_url: str, prefix: str, role: str) -> None:
+    roles = {**ROLES, role: {**ROLES.get(role, {"kind": role}), "model": "strict"}}
+    out = await run_team(nats_url, prefix, RULES, roles=roles, rejects=[LLAMA_CPP_PYTHON],
+                         presets={"strict": {"structured": "json_schema"}})
+
+    failure = out.failure
+    assert failure.cause == "config", out.summary()
+    assert "model preset 'strict'" in failure.reason
+    assert "does not speak structured = 'json_schema'" in failure.reason
+    assert "'json_object_schema' or 'grammar'" in failure.reason
+    assert "[models.strict]" in failure.reason and "HTTP 500" in failure.reason
+    (failed,) = out.of(WorkFailed)  # reported once, not once per delivery
+    assert not failed.will_retry and failed.work == ("review" if role == "critic"
+                                                     else "synthesis")
+    assert len(out.by_role(role)) == 1, "a configuration error is not retried"
+    assert [r.status for r in out.by_role(role)] == [500]
