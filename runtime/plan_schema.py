@@ -20,6 +20,9 @@ from .plan_constraint import PlanShape, RoleTools
 __all__ = ["PLAN_SCHEMA_NAME", "drop_nulls", "plan_schema"]
 
 PLAN_SCHEMA_NAME = "plan"
+_LOOSE = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+          "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems")
+"""Keywords left out in strict mode (the tool checks its arguments itself before it runs)."""
 
 
 def plan_schema(shape: PlanShape) -> tuple[dict[str, Any], bool]:
@@ -78,7 +81,8 @@ def _tighten(node: Any) -> bool:
     """Make every object of ``node`` strict in place; False where one cannot be."""
     if not isinstance(node, dict):
         return True
-    node.pop("default", None)
+    for key in _LOOSE:
+        node.pop(key, None)
     ok = True
     if node.get("type") == "object":
         props = node.get("properties")
@@ -87,7 +91,7 @@ def _tighten(node: Any) -> bool:
         required = set(node.get("required", ()))
         for key, sub in props.items():
             ok = _tighten(sub) and ok
-            if key not in required:
+            if key not in required and not _takes_null(sub):
                 props[key] = {"anyOf": [sub, {"type": "null"}]}
         node["required"] = list(props)
         node["additionalProperties"] = False
@@ -111,8 +115,12 @@ def drop_nulls(args: dict[str, Any], schema: dict[str, Any] | None) -> dict[str,
 
 
 def _takes_null(schema: Any) -> bool:
-    if not isinstance(schema, dict) or ("type" not in schema and "anyOf" not in schema):
+    if not isinstance(schema, dict):
         return True
+    if "enum" in schema or "const" in schema:
+        return None in schema.get("enum", [schema.get("const", 0)])
+    if not {"type", "anyOf", "$ref"} & schema.keys():
+        return True  # any value
     kind = schema.get("type")
     if kind == "null" or (isinstance(kind, list) and "null" in kind):
         return True

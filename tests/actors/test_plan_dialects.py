@@ -12,11 +12,19 @@ from typing import Any
 
 import pytest
 
-from protocols import ReplanStarted
-from runtime.testing import Rejection, Rule
+from protocols import (
+    PlanRejected,
+    ReplanStarted,
+    StepDispatched,
+    StepFinished,
+    StepPlanned,
+    StepStarted,
+    UsageRecorded,
+)
+from runtime.testing import Latency, Rejection, Rule
 
 from ..runtime.gbnf_check import parse_gbnf
-from .harness import echo, finish, run_team
+from .harness import echo, finish, last_user_message, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -71,3 +79,62 @@ async def test_a_server_that_refuses_the_grammar_fails_the_run_once_saying_what_
     assert "does not speak structured = 'grammar'" in failure.reason
     assert "set structured = " in failure.reason and "[models.scripted]" in failure.reason
     assert len(out.by_role("planner")) == 1, "a configuration error is not retried"
+
+
+def steps_object(*lines: str) -> list[str]:
+    """A ``{"steps": [...]}`` answer written one step per streamed line."""
+    return ['{"steps": [', *(f"{line}," for line in lines[:-1]), lines[-1], "]}"]
+
+
+@pytest.mark.parametrize("dialect", ["json_schema", "json_object_schema"])
+async def test_schema_dialects_dispatch_each_step_as_it_closes(
+        nats_url: str, prefix: str, dialect: str) -> None:
+    """The steps array streams: step 1 runs before the model has written the last step."""
+    words = ["one", "two", "three", "four"]
+    lines = [*(echo(i, w) for i, w in enumerate(words, 1)), echo(5, "$1 $2 $3 $4")]
+    rules = [Rule(role="planner", lines=steps_object(*lines), latency=Latency(per_line=0.3)),
+             finish("done")]
+    out = await run_team(nats_url, prefix, rules, model={"structured": dialect})
+
+    assert out.answer == "done"
+    assert out.finished(5).output == "one two three four"
+    step1 = lambda e: e.step_id == 1  # noqa: E731
+    last_step = out.seq(StepPlanned, lambda e: e.step.id == 5)
+    stream_end = out.seq(UsageRecorded, lambda e: e.source == "planner")
+    assert out.seq(StepDispatched, step1) < out.seq(StepStarted, step1) < last_step
+    assert out.seq(StepFinished, step1) < stream_end
+    (request,) = out.by_role("planner")
+    assert '{"steps": [...]}' in last_user_message(request)
+    ids = {v["properties"]["id"]["enum"][0] for v in request.constraint["properties"]["steps"]
+           ["items"]["anyOf"]}
+    assert ids == {1}
+
+
+async def test_a_replans_schema_starts_at_the_next_id(nats_url: str, prefix: str) -> None:
+    rules = [
+        Rule(role="planner", contains="A new plan is needed because",
+             lines=steps_object(echo(3, "round 1 saw: $1"))),
+        Rule(role="planner", lines=steps_object(echo(1, "round 0 fact"), echo(2, "also $1"))),
+        Rule(role="synthesizer", times=1,
+             text=json.dumps({"action": "replan", "reason": "need a second look"})),
+        finish("answer from round 1"),
+    ]
+    out = await run_team(nats_url, prefix, rules, model={"structured": "json_schema"})
+
+    assert out.answer == "answer from round 1"
+    assert out.finished(3).output == "round 1 saw: round 0 fact"
+    replan = out.by_role("planner")[1].constraint
+    (variant,) = replan["properties"]["steps"]["items"]["anyOf"][:1]
+    assert variant["properties"]["id"]["enum"][0] == 3
+    assert variant["properties"]["depends_on"]["items"]["enum"][:2] == [1, 2]
+
+
+async def test_a_steps_answer_that_is_not_a_step_is_rejected_with_the_reason(
+        nats_url: str, prefix: str) -> None:
+    rules = [Rule(role="planner", times=1, text='{"steps": [{"id": 1, "role": "worker"}, 7]}'),
+             Rule(role="planner", text=f'{{"steps": [{echo(1, "ok")}]}}'), finish("done")]
+    out = await run_team(nats_url, prefix, rules, model={"structured": "json_object_schema"})
+
+    assert out.answer == "done"
+    rejected = out.first(PlanRejected)
+    assert "sets neither `tool` nor `instruction`" in rejected.error

@@ -52,9 +52,9 @@ class Rules:
         finally:
             sys.setrecursionlimit(limit)
 
-    def strategy(self, start: str = "root", max_depth: int = 12) -> st.SearchStrategy[str]:
-        """Strings of the language (bounded repetition and recursion)."""
-        return st.data().map(lambda data: _draw(self.rules, Ref(start), data, 0, max_depth))
+    def draw(self, data: st.DataObject, start: str = "root", max_depth: int = 12) -> str:
+        """A string of the language (bounded repetition and recursion), drawn with ``data``."""
+        return _draw(self.rules, Ref(start), data, 0, max_depth)
 
 
 def parse_gbnf(text: str) -> Rules:
