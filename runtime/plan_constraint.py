@@ -128,12 +128,43 @@ def _line(g: Grammar, json: JsonRules, shape: PlanShape, k: int, step_id: int,
     string = json.ref_string(str(k), ids, allowed)
     meta: list[Expr] = [opt(seq('"title":', sp, json.string, ",", sp))]
     if ids is not None:
-        deps = seq("[", opt(seq(ids, Rep(seq(",", sp, ids)))), "]")
+        deps = seq("[", opt(_ascending(g, json, shape, k)), "]")
         meta.append(opt(seq('"depends_on":', sp, deps, ",", sp)))
     head = g.rule(f"meta-{k}", seq(*meta))
     choices = [seq(f'"{role.name}"', ",", sp, head, _body(g, json, shape, k, r, role, string))
                for r, role in enumerate(shape.roles)]
     return seq('{"id":', sp, str(step_id), ",", sp, '"role":', sp, alt(*choices), "}")
+
+
+def _ascending(g: Grammar, json: JsonRules, shape: PlanShape, k: int) -> Expr:
+    """Line ``k``'s ``depends_on`` items: distinct, ascending, each an id it may name (so a
+    list always ends: a small model cannot repeat ids forever). Earlier rounds' ids share
+    their rules; this round's ids (below line ``k``'s own) get rules per line."""
+    new = list(range(shape.first_id, shape.first_id + k))
+    prior = _chain(g, json, "p", list(shape.prior)) if shape.prior else None
+    fresh = _chain(g, json, f"n{k}", new) if new else None
+    if prior is not None and fresh is not None:
+        return alt(seq(prior, opt(seq(",", json.sp, fresh))), fresh)
+    result = prior or fresh
+    assert result is not None, "a line with nothing to depend on has no depends_on"
+    return result
+
+
+def _chain(g: Grammar, json: JsonRules, tag: str, ids: list[int]) -> Ref:
+    """``<tag>-start``: a non-empty ascending selection of ``ids`` (sorted), comma-separated.
+
+    ``<tag>-take-i`` writes ids[i] and may go on; ``<tag>-from-i`` starts at ids[i] or later."""
+    name = f"{tag}-start"
+    if name in g.rules:
+        return Ref(name)
+    last = len(ids) - 1
+    for i in reversed(range(len(ids))):
+        later = Ref(f"{tag}-from-{i + 1}")
+        g.rule(f"{tag}-take-{i}", seq(str(ids[i]), opt(seq(",", json.sp, later)))
+               if i < last else Lit(str(ids[i])))
+        take = Ref(f"{tag}-take-{i}")
+        g.rule(f"{tag}-from-{i}", alt(take, later) if i < last else take)
+    return g.rule(name, Ref(f"{tag}-from-0"))
 
 
 def _body(g: Grammar, json: JsonRules, shape: PlanShape, k: int, r: int, role: RoleTools,

@@ -81,6 +81,7 @@ def accept(shape: PlanShape, text: str) -> list[Step]:
         else:
             assert role.agent, f"{step.role} takes no agent steps"
             assert set(step.tools or ()) <= set(role.tools)
+        assert step.depends_on == sorted(set(step.depends_on)), "distinct and ascending"
         scheduler.add(step)
     scheduler.close_plan()
     assert [s.id for s in steps] == list(shape.ids())[:len(steps)]
@@ -121,6 +122,9 @@ GOOD = [
     '{"id": 6, "role": "writer", "tool": "python", "args": {"code": "print($5)", '
     '"timeout": 2.5}}\n',
     '{"id": 4, "role": "worker", "tool": "echo", "args": {"text": "costs $ 5, $x, $"}}\n',
+    '{"id": 4, "role": "worker", "tool": "echo", "args": {"text": "a"}}\n'
+    '{"id": 5, "role": "writer", "depends_on": [3, 4], "instruction": "b"}\n'
+    '{"id": 6, "role": "writer", "depends_on": [1,5], "instruction": "c"}\n',
 ]
 
 
@@ -136,6 +140,10 @@ BAD = {
     "depends on a dropped step": '{"id": 4, "role": "writer", "depends_on": [2], '
                                  '"instruction": "go"}\n',
     "depends on itself": '{"id": 4, "role": "writer", "depends_on": [4], "instruction": "go"}\n',
+    "repeats a dependency": '{"id": 4, "role": "writer", "depends_on": [1, 1], '
+                            '"instruction": "go"}\n',
+    "lists dependencies out of order": '{"id": 4, "role": "writer", "depends_on": [3, 1], '
+                                       '"instruction": "go"}\n',
     "refers to a later step": '{"id": 4, "role": "worker", "tool": "echo", '
                               '"args": {"text": "$5"}}\n',
     "refers to a dropped step": '{"id": 4, "role": "worker", "tool": "echo", '
