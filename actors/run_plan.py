@@ -88,7 +88,7 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     async with stream as lines:
         try:
             async for number, line in _numbered(lines):
-                step = _parse_step(number, line)
+                step = _parse_step(number, line, stream.framing)
                 if step is not None and step.args and stream.framing == "steps":
                     step = _without_strict_nulls(run, step)
                 if step is None or seen.get(step.id) == _shape(step):
@@ -182,14 +182,18 @@ async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]
         yield number, line
 
 
-def _parse_step(number: int, line: str) -> Step | None:
-    """A plan line as a Step; None for blank lines and code fences; else a clear error."""
+def _parse_step(number: int, line: str, framing: str = "lines") -> Step | None:
+    """A plan line (or an element of the steps array) as a Step; None for blank lines and
+    code fences; else a clear error."""
     text = line.strip()
     if not text or text.startswith("```"):
         return None
     try:
         return msgspec.json.decode(text, type=Step)
     except UNREADABLE as exc:
+        where, how = (f"step {number} of the steps array", "Write each step as a JSON object "
+                      "in the steps array") if framing == "steps" else (
+                      f"plan line {number}", "Write one JSON object per line")
         raise PlanValidationError(
-            f"plan line {number} is not a valid step ({exc}): {text[:200]!r}. Write one JSON "
-            "object per line with id, role, and either tool+args or instruction.") from exc
+            f"{where} is not a valid step ({exc}): {text[:200]!r}. {how} with id, role, and "
+            "either tool+args or instruction.") from exc
