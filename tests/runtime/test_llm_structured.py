@@ -107,3 +107,13 @@ def test_an_inline_model_is_named_by_its_model() -> None:
     error = refusal(400, "unknown field grammar", settings, Constraint("grammar", {}))
     assert error is not None and str(error).startswith("model 'qwen': the server at")
     assert "under the role's model table" in str(error)
+
+
+async def test_a_server_that_ignores_the_schema_is_read_as_lines() -> None:
+    rule = Rule(lines=['{"id": 1, "role": "w", "instruction": "a"}', "and some prose"])
+    constraint = plan_constraint("json_object_schema", SHAPE)
+    async with model(Scenario(rules=[rule]), model="m") as (_, client):
+        async with client.stream_lines([USER], constraint=constraint) as stream:
+            got = [line async for line in stream]
+    assert got == ['{"id": 1, "role": "w", "instruction": "a"}', "and some prose"]
+    assert stream.text.count("prose") == 1
