@@ -156,8 +156,10 @@ class JsonRules:
         return Ref(rule)
 
     def _literal_ok(self, value: Any, suffix: str) -> bool:
-        """A fixed value may hold ``$N`` only for ids the position may name."""
-        return set(references(value)) <= self._allowed.get(suffix, frozenset())
+        """A fixed value may hold ``$N`` only for ids the position may name (where strings
+        are reference-aware: in a plan step's arguments)."""
+        allowed = self._allowed.get(suffix)
+        return allowed is None or set(references(value)) <= allowed
 
 
 def _cls(spec: str) -> Chars:

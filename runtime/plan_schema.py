@@ -26,42 +26,68 @@ _LOOSE = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum
 
 
 def plan_schema(shape: PlanShape) -> tuple[dict[str, Any], bool]:
-    """The schema of every plan of ``shape``, and whether it is valid in strict mode."""
+    """The schema of every plan of ``shape``, and whether it is valid in strict mode.
+
+    The ids and dependencies are defined once, under the root's ``$defs`` (strict mode
+    counts enum values across the schema), with the tools' own definitions beside them."""
     ids = list(shape.ids())
     refs = sorted({*shape.prior, *ids[:-1]})
+    defs: dict[str, Any] = {
+        "step_id": {"type": "integer", "enum": ids},
+        "dependency": {"type": "integer", "enum": refs} if refs else {"type": "integer"}}
     variants: list[dict[str, Any]] = []
     strict = True
     for role in shape.roles:
         for tool in role.tools:
             args, ok = strict_object(shape.schemas.get(tool))
             strict = strict and ok
-            variants.append(_step(ids, refs, role, {"tool": {"type": "string", "enum": [tool]},
-                                                    "args": args}))
+            variants.append(_step(role, {"tool": {"type": "string", "enum": [tool]},
+                                         "args": _hoist(args, f"{tool}.", defs)}))
         if role.agent:
             tools: dict[str, Any] = {"type": "null"}
             if role.tools:
                 listed = {"type": "array", "items": {"type": "string", "enum": list(role.tools)}}
                 tools = {"anyOf": [listed, {"type": "null"}]}
-            variants.append(_step(ids, refs, role, {
+            variants.append(_step(role, {
                 "instruction": {"type": "string"}, "tools": tools,
                 "review": {"type": "boolean"}}))
     steps: dict[str, Any] = {"type": "array", "items": {"anyOf": variants}}
     if not strict:  # OpenAI's strict mode takes no array bounds
         steps |= {"minItems": shape.min_steps, "maxItems": shape.count}
     schema = {"type": "object", "properties": {"steps": steps}, "required": ["steps"],
-              "additionalProperties": False}
+              "additionalProperties": False, "$defs": defs}
     return schema, strict
 
 
-def _step(ids: list[int], refs: list[int], role: RoleTools,
-          body: dict[str, Any]) -> dict[str, Any]:
-    item: dict[str, Any] = {"type": "integer", "enum": refs} if refs else {"type": "integer"}
-    deps = {"type": "array", "items": item}
-    properties = {"id": {"type": "integer", "enum": ids},
+def _step(role: RoleTools, body: dict[str, Any]) -> dict[str, Any]:
+    properties = {"id": {"$ref": "#/$defs/step_id"},
                   "role": {"type": "string", "enum": [role.name]},
-                  "title": {"type": "string"}, "depends_on": deps, **body}
+                  "title": {"type": "string"},
+                  "depends_on": {"type": "array", "items": {"$ref": "#/$defs/dependency"}},
+                  **body}
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}
+
+
+def _hoist(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """The tool's schema with its ``$defs`` moved to the root's (``#/$defs/...`` refers to
+    the root), renamed ``<tool>.<name>``."""
+    own = schema.pop("$defs", {})
+
+    def rename(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rename(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            node = {**node, "$ref": "#/$defs/" + prefix + ref.removeprefix("#/$defs/")}
+        return {k: rename(v) if k != "enum" and k != "const" else v for k, v in node.items()}
+
+    for name, sub in own.items():
+        defs[prefix + name] = rename(sub)
+    result: dict[str, Any] = rename(schema)
+    return result
 
 
 def strict_object(schema: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:

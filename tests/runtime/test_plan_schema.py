@@ -73,6 +73,21 @@ def test_the_schema_refuses(wrong: dict[str, Any]) -> None:
         jsonschema.validate({"steps": [wrong]}, schema)
 
 
+def test_tool_definitions_move_to_the_root() -> None:
+    shape = PlanShape(first_id=1, prior=(), roles=(RoleTools("w", ("nested",), False),),
+                      schemas=SCHEMAS, max_steps=2)
+    schema, strict = plan_schema(shape)
+    assert strict and strict_problems(schema) == []
+    assert "nested.Item" in schema["$defs"]
+    args = {"items": [{"label": "a", "flag": None}], "mode": "a", "n": None}
+    jsonschema.validate({"steps": [step(id=1, role="w", tool="nested", args=args)]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"steps": [step(id=1, role="w", tool="nested",
+                                            args={**args, "items": [{"flag": True}]})]}, schema)
+    assert "$defs" not in schema["properties"]["steps"]["items"]["anyOf"][0]["properties"][
+        "args"]
+
+
 def test_a_tool_known_by_name_only_makes_it_non_strict_with_bounds() -> None:
     shape = PlanShape(first_id=1, prior=(), roles=(RoleTools("w", ("remote",), False),),
                       schemas={"remote": None}, max_steps=2)
