@@ -25,22 +25,27 @@ _LOOSE = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum
 """Keywords left out in strict mode (the tool checks its arguments itself before it runs)."""
 
 
-def plan_schema(shape: PlanShape) -> tuple[dict[str, Any], bool]:
-    """The schema of every plan of ``shape``, and whether it is valid in strict mode.
+def plan_schema(shape: PlanShape, *, strict: bool = True) -> tuple[dict[str, Any], bool]:
+    """The schema of every plan of ``shape``, and whether it is strict (asked for, and every
+    tool's arguments could be written so).
 
     The ids and dependencies are defined once, under the root's ``$defs`` (strict mode
-    counts enum values across the schema), with the tools' own definitions beside them."""
+    counts enum values across the schema), with the tools' own definitions beside them. A
+    schema that is not strict bounds its arrays (a small model repeats items until its
+    max_tokens otherwise)."""
     ids = list(shape.ids())
     refs = sorted({*shape.prior, *ids[:-1]})
     defs: dict[str, Any] = {
         "step_id": {"type": "integer", "enum": ids},
-        "dependency": {"type": "integer", "enum": refs} if refs else {"type": "integer"}}
+        "dependency": {"type": "integer", "enum": refs} if refs else {"type": "integer"},
+        "dependencies": {"type": "array", "items": {"$ref": "#/$defs/dependency"}}}
     variants: list[dict[str, Any]] = []
-    strict = True
+    strict = strict and all(strict_object(shape.schemas.get(t))[1]
+                            for role in shape.roles for t in role.tools)
     for role in shape.roles:
         for tool in role.tools:
-            args, ok = strict_object(shape.schemas.get(tool))
-            strict = strict and ok
+            args = strict_object(shape.schemas.get(tool))[0] if strict \
+                else copy.deepcopy(shape.schemas.get(tool) or {"type": "object"})
             variants.append(_step(role, {"tool": {"type": "string", "enum": [tool]},
                                          "args": _hoist(args, f"{tool}.", defs)}))
         if role.agent:
@@ -54,6 +59,7 @@ def plan_schema(shape: PlanShape) -> tuple[dict[str, Any], bool]:
     steps: dict[str, Any] = {"type": "array", "items": {"anyOf": variants}}
     if not strict:  # OpenAI's strict mode takes no array bounds
         steps |= {"minItems": shape.min_steps, "maxItems": shape.count}
+        defs["dependencies"] |= {"maxItems": len(refs), "uniqueItems": True}
     schema = {"type": "object", "properties": {"steps": steps}, "required": ["steps"],
               "additionalProperties": False, "$defs": defs}
     return schema, strict
@@ -63,7 +69,7 @@ def _step(role: RoleTools, body: dict[str, Any]) -> dict[str, Any]:
     properties = {"id": {"$ref": "#/$defs/step_id"},
                   "role": {"type": "string", "enum": [role.name]},
                   "title": {"type": "string"},
-                  "depends_on": {"type": "array", "items": {"$ref": "#/$defs/dependency"}},
+                  "depends_on": {"$ref": "#/$defs/dependencies"},
                   **body}
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}

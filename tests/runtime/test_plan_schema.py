@@ -57,6 +57,19 @@ def test_tool_args_that_fit_strict_mode_make_a_strict_schema() -> None:
     jsonschema.validate(plan, schema)
 
 
+def test_a_schema_that_is_not_strict_bounds_its_arrays_and_keeps_optional_args() -> None:
+    schema, strict = plan_schema(SHAPE, strict=False)
+    assert not strict
+    assert schema["$defs"]["dependencies"]["maxItems"] == len([1, 3, 4, 5])
+    assert schema["properties"]["steps"]["maxItems"] == 3
+    plan = {"steps": [step(tool="python", args={"code": "print(1)"})]}
+    jsonschema.validate(plan, schema)  # timeout left out: no null needed
+    for wrong in ([1, 1], [1, 3, 4, 5, 1]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"steps": [step(tool="echo", args={"text": "a"},
+                                                depends_on=wrong)]}, schema)
+
+
 @pytest.mark.parametrize("wrong", [
     step(tool="math", args={"expression": "1"}),          # a tool of another role
     step(role="boss", tool="echo", args={"text": "a"}),    # no such role
