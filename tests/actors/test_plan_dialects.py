@@ -24,7 +24,7 @@ from protocols import (
 from runtime.testing import Latency, Rejection, Rule
 
 from ..runtime.gbnf_check import parse_gbnf
-from .harness import echo, finish, last_user_message, run_team
+from .harness import echo, finish, last_user_message, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +138,26 @@ async def test_a_steps_answer_that_is_not_a_step_is_rejected_with_the_reason(
     first, second = (e.error for e in out.of(PlanRejected))
     assert "sets neither `tool` nor `instruction`" in first
     assert second.startswith("step 1 of the steps array is not a valid step")
+
+
+async def test_a_corrected_plan_continues_after_the_accepted_steps(
+        nats_url: str, prefix: str) -> None:
+    """Step 1 was accepted (and dispatched) before line 2 broke a rule: the second attempt's
+    grammar starts at 2, may build on step 1, and may even add nothing."""
+    rules = [
+        Rule(role="planner", contains="Your previous plan was rejected",
+             lines=[echo(2, "after $1")]),
+        Rule(role="planner", lines=[echo(1, "first"), plan_line(2, tool="nope", args={})]),
+        finish("done"),
+    ]
+    out = await run_team(nats_url, prefix, rules, model={"structured": "grammar"})
+
+    assert out.answer == "done"
+    assert out.finished(2).output == "after first"
+    first, second = (parse_gbnf(r.constraint) for r in out.by_role("planner"))
+    assert first.text("root") == "plan-0"
+    assert '"{\\"id\\":" sp "2,' in second.text("line-0")
+    assert second.literals("ids-0") == ["1"]
+    assert second.text("root") == "plan-0?"  # the accepted step may be the whole plan
+    assert second.matches('{"id": 2, "role": "worker", "tool": "echo", '
+                          '"args": {"text": "after $1"}}\n')
