@@ -18,7 +18,7 @@ from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned
 from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
-from runtime.plan_constraint import plan_shape
+from runtime.plan_constraint import TEXT_CHARS, plan_shape
 from runtime.plan_schema import drop_nulls
 from runtime.scheduler import references
 from runtime.structured import Constraint, plan_constraint
@@ -112,9 +112,11 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
 def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
     """What the planner's model may write now, in its server's dialect (built per request:
     the first id, the ids to depend on and the room left change with every attempt)."""
+    options = run.planner.config.options
     shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
                        prior=[s.id for s in run.scheduler.steps],
-                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1)
+                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1,
+                       text_chars=options.get("plan_text_chars", TEXT_CHARS))
     return plan_constraint(run.planner.model.settings.structured, shape)
 
 

@@ -161,3 +161,14 @@ async def test_a_corrected_plan_continues_after_the_accepted_steps(
     assert second.text("root") == "plan-0?"  # the accepted step may be the whole plan
     assert second.matches('{"id": 2, "role": "worker", "tool": "echo", '
                           '"args": {"text": "after $1"}}\n')
+
+
+async def test_the_planner_bounds_strings_as_its_option_says(nats_url: str, prefix: str) -> None:
+    rules = [Rule(role="planner", lines=[echo(1, "hi")]), finish("done")]
+    out = await run_team(nats_url, prefix, rules, model={"structured": "grammar"},
+                         planner_options={"plan_text_chars": 5})
+    assert out.answer == "done"
+    grammar = parse_gbnf(out.by_role("planner")[0].constraint)
+    ok = '{"id": 1, "role": "worker", "tool": "echo", "args": {"text": "12345"}}\n'
+    assert grammar.matches(ok)
+    assert not grammar.matches(ok.replace("12345", "123456"))

@@ -161,6 +161,11 @@ BAD = {
     "too many steps": "".join(
         f'{{"id": {i}, "role": "worker", "tool": "echo", "args": {{"text": "a"}}}}\n'
         for i in range(4, 8)),
+    "a title past 80 characters": '{"id": 4, "role": "writer", "title": "' + "t" * 81
+                                  + '", "instruction": "go"}\n',
+    "an instruction that starts blank": '{"id": 4, "role": "writer", "instruction": " go"}\n',
+    "a number no float holds": '{"id": 4, "role": "writer", "tool": "python", '
+                               '"args": {"code": "1", "timeout": 1e999}}\n',
     "a code fence": '```json\n{"id": 4, "role": "writer", "instruction": "go"}\n```\n',
     "prose": "Here is the plan:\n",
     "no steps": "",
