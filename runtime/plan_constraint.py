@@ -113,7 +113,8 @@ def plan_shape(team: TeamConfig, tools: ToolRegistry, *, first_id: int,
                for r in roles for t in r.tools}
     return PlanShape(first_id=first_id, prior=tuple(sorted(set(prior))), roles=tuple(roles),
                      schemas=schemas, max_steps=max_steps, min_steps=min(min_steps, 1),
-                     text_chars=text_chars)
+                     text_chars=text_chars, title_chars=min(80, text_chars),
+                     criteria_chars=min(500, text_chars))
 
 
 def plan_grammar(shape: PlanShape) -> str:
