@@ -117,3 +117,24 @@ async def test_a_server_that_ignores_the_schema_is_read_as_lines() -> None:
             got = [line async for line in stream]
     assert got == ['{"id": 1, "role": "w", "instruction": "a"}', "and some prose"]
     assert stream.text.count("prose") == 1
+
+
+def test_an_unknown_dialect_is_a_team_file_error_that_lists_the_dialects() -> None:
+    from runtime.team import TeamConfigError, team_from_dict
+
+    with pytest.raises(TeamConfigError) as caught:
+        team_from_dict({"models": {"m": {"model": "x", "structured": "xml"}},
+                        "roles": {"planner": {"kind": "planner", "model": "m"}}})
+    message = str(caught.value)
+    assert "structured" in message and "'grammar'" in message and "'json_schema'" in message
+
+
+def test_a_preset_knows_its_name() -> None:
+    from runtime.team import team_from_dict
+
+    team = team_from_dict({"models": {"local": {"model": "x", "structured": "grammar"}},
+                           "roles": {"planner": {"kind": "planner", "model": "local"},
+                                     "critic": {"kind": "critic", "model": {"model": "y"}}}})
+    planner, critic = team.roles["planner"].model, team.roles["critic"].model
+    assert planner is not None and (planner.name, planner.structured) == ("local", "grammar")
+    assert critic is not None and (critic.name, critic.structured) == ("", "off")
