@@ -19,7 +19,10 @@ from protocols.codec import UNREADABLE
 from runtime import telemetry
 from runtime.errors import PlanValidationError
 from runtime.llm import ChatMessage, LineStream
+from runtime.plan_constraint import TEXT_CHARS, plan_shape
+from runtime.plan_schema import drop_nulls
 from runtime.plans import check_tool_allowed
+from runtime.structured import Constraint, plan_constraint
 
 from . import plan_review, prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
@@ -46,17 +49,20 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
     for attempt in range(1, team.plan_attempts + 1):
         await run.events.emit(PlanStarted(run_id=run.run_id, round=round_,
                                           model=model.settings.model))
+        constraint = _constraint(run, accepted)
         content = prompts.planner_request(
             run.request.goal, team.executors(), run.planner.ctx.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
+            as_object=constraint is not None and constraint.framing == "steps",
         )
         messages: list[ChatMessage] = [
             {"role": "system", "content": run.planner.config.system_prompt or prompts.PLANNER},
             {"role": "user", "content": content}]
         try:
             with telemetry.plan_span(run.run_id, run.planner.name, round_, attempt) as span:
-                steps = await _traced_attempt(run, round_, messages, accepted, span)
+                steps = await _traced_attempt(run, round_, messages, accepted, span,
+                                              constraint)
             if run.holding:
                 plan_review.check_complete(run)
                 await plan_review.await_approval(run, round_)
@@ -80,10 +86,11 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
 
 
 async def _traced_attempt(run: Run, round_: int, messages: list[ChatMessage],
-                          accepted: list[Step], span: telemetry.SpanLike) -> int:
+                          accepted: list[Step], span: telemetry.SpanLike,
+                          constraint: Constraint | None) -> int:
     """One streamed plan within its deadline; the number of steps the round has now."""
     team, model = run.team, run.planner.model
-    lines = model.stream_lines(messages)
+    lines = model.stream_lines(messages, constraint=constraint)
     try:
         with anyio.move_on_after(team.timeouts.plan) as deadline:
             steps = await _stream(run, round_, lines, accepted)
@@ -137,7 +144,9 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     async with stream as lines:
         try:
             async for number, line in _numbered(lines):
-                step = _parse_step(number, line)
+                step = _parse_step(number, line, stream.framing)
+                if step is not None and step.args and stream.framing == "steps":
+                    step = _without_strict_nulls(run, step)
                 if step is None or seen.get(step.id) == shaped(step):
                     continue
                 seen[step.id] = shaped(step)
@@ -154,6 +163,24 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
         await _accept(run, round_, step)
         accepted.append(step)
     return len(accepted)
+
+
+def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
+    """What the planner's model may write now, in its server's dialect (built per request:
+    the first id, the ids to depend on and the room left change with every attempt)."""
+    options = run.planner.config.options
+    shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
+                       prior=[s.id for s in run.scheduler.steps],
+                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1,
+                       text_chars=options.get("plan_text_chars", TEXT_CHARS))
+    return plan_constraint(run.planner.model.settings.structured, shape)
+
+
+def _without_strict_nulls(run: Run, step: Step) -> Step:
+    """A strict schema made the model write ``null`` for optional arguments it left unset."""
+    tools = run.planner.ctx.tools
+    schema = tools.get(step.tool).parameters if step.tool and step.tool in tools else None
+    return msgspec.structs.replace(step, args=drop_nulls(step.args, schema))
 
 
 def _check_complete(lines: LineStream, count: int) -> None:
@@ -199,14 +226,18 @@ async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]
         yield number, line
 
 
-def _parse_step(number: int, line: str) -> Step | None:
-    """A plan line as a Step; None for blank lines and code fences; else a clear error."""
+def _parse_step(number: int, line: str, framing: str = "lines") -> Step | None:
+    """A plan line (or an element of the steps array) as a Step; None for blank lines and
+    code fences; else a clear error."""
     text = line.strip()
     if not text or text.startswith("```"):
         return None
     try:
         return msgspec.json.decode(text, type=Step)
     except UNREADABLE as exc:
+        where, how = (f"step {number} of the steps array", "Write each step as a JSON object "
+                      "in the steps array") if framing == "steps" else (
+                      f"plan line {number}", "Write one JSON object per line")
         raise PlanValidationError(
-            f"plan line {number} is not a valid step ({exc}): {text[:200]!r}. Write one JSON "
-            "object per line with id, role, and either tool+args or instruction.") from exc
+            f"{where} is not a valid step ({exc}): {text[:200]!r}. {how} with id, role, and "
+            "either tool+args or instruction.") from exc

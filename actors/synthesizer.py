@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 import msgspec
 
@@ -12,9 +14,11 @@ from runtime.actor import Source, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.llm import ChatMessage
 from runtime.role import RoleActor
+from runtime.role_options import RoleOption
+from runtime.structured import answer_constraint
 
 from . import prompts
-from ._json import DecisionAnswer, find_json_object, response_format
+from ._json import DecisionAnswer, find_json_object
 
 
 class Synthesizer(RoleActor):
@@ -22,6 +26,7 @@ class Synthesizer(RoleActor):
     ``<prefix>.result.<run_id>.<role>``."""
 
     role = "synthesizer"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def sources(self) -> Sequence[Source]:
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis")]
@@ -37,8 +42,8 @@ class Synthesizer(RoleActor):
             {"role": "user", "content": prompts.synthesis_request(
                 task.goal, task.plan, task.results, task.failures, task.replans_left)}]
         with telemetry.synthesis_span(delivery, task, role=self.name) as span:
-            completion = await self.model.complete(messages, response_format=response_format(
-                DecisionAnswer, bool(self.config.options.get("structured_output"))))
+            completion = await self.model.complete(messages, constraint=answer_constraint(
+                self.model.settings.structured, DecisionAnswer))
             span.model(self.model.settings.model, completion.model, completion.usage,
                        [completion.finish_reason])
             if span.capture:
@@ -51,8 +56,8 @@ class Synthesizer(RoleActor):
         decision = SynthesisDecision(
             run_id=task.run_id, round=task.plan.round,
             action="replan" if wants_replan else "finish",
-            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason", "")),
-            reason=str(answer.get("reason", "")), usage=completion.usage,
+            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason") or ""),
+            reason=str(answer.get("reason") or ""), usage=completion.usage,
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,

@@ -6,7 +6,6 @@ instructions: an executor's output cannot add steps or change the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ from protocols.codec import UNREADABLE
 from . import telemetry
 from .errors import PlancastError
 from .llm import ChatMessage, ModelClient
+from .structured import Constraint
 from .tools import ToolRegistry
 
 DATA_NOTICE = (
@@ -49,12 +49,13 @@ class AgentOutcome:
 
 async def run_agent(
     client: ModelClient, messages: list[ChatMessage], tools: ToolRegistry, *, max_rounds: int,
-    response_format: Mapping[str, Any] | None = None, span: telemetry.SpanLike = telemetry.OFF,
+    constraint: Constraint | None = None, span: telemetry.SpanLike = telemetry.OFF,
 ) -> AgentOutcome:
     """Ask the model; run the tools it calls (only those in ``tools``); repeat until it answers.
 
-    ``response_format`` (structured output) shapes the final answer. ``span`` (the caller's
-    trace span) gets the model calls' usage; each tool call is a span of its own under it.
+    ``constraint`` (structured output, in the dialect of the model's server) shapes the
+    final answer. ``span`` (the caller's trace span) gets the model calls' usage; each tool
+    call is a span of its own under it.
     """
     if span.capture:
         span.content("gen_ai.input.messages", _json(messages))
@@ -64,8 +65,7 @@ async def run_agent(
     specs = tools.specs() if len(tools) else None
     reasons: list[str] = []
     for _ in range(max_rounds):
-        completion = await client.complete(messages, tools=specs,
-                                           response_format=response_format)
+        completion = await client.complete(messages, tools=specs, constraint=constraint)
         usage = usage + completion.usage
         reasons.append(completion.finish_reason)
         span.model(client.settings.model, completion.model, usage, reasons)

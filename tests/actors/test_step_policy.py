@@ -20,17 +20,17 @@ BROKEN = {"tool": "math", "args": {"expression": "1 / 0"}}
 async def test_a_step_whose_on_failure_is_abort_ends_the_run_at_once(
     nats_url: str, prefix: str
 ) -> None:
-    """It does not wait for step 2, still running."""
-    rules = [Rule(role="planner", lines=[plan_line(1, on_failure="abort", **BROKEN),
-                                         plan_line(2, tool="sleep", args={"seconds": 2})]),
+    """It does not wait for step 1, still running."""
+    rules = [Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 2}),
+                                         plan_line(2, on_failure="abort", **BROKEN)]),
              finish("must not be reached")]
     out = await run_team(nats_url, prefix, rules, step_attempts=1)
     failure = out.failure
     assert failure.cause == "step_failed" and failure.stage == "execute"
-    assert 'step 1 failed and its on_failure is "abort"' in failure.reason
+    assert 'step 2 failed and its on_failure is "abort"' in failure.reason
     assert "division by zero" in failure.reason
     assert not out.of(ReplanStarted) and not out.by_role("synthesizer")
-    assert out.dispatched(2) and not [e for e in out.of(StepFinished) if e.step_id == 2]
+    assert out.dispatched(1) and not [e for e in out.of(StepFinished) if e.step_id == 1]
 
 
 async def test_a_step_whose_on_failure_is_continue_is_left_out_without_a_replan(
