@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 import msgspec
 
-from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
+from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
 from runtime.actor import Source, WorkQueue, on
-from runtime.agent import run_agent
+from runtime.agent import Spent, run_agent
 from runtime.bus import StorageFull
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
@@ -67,10 +67,10 @@ class Executor(RoleActor):
         )
         token = current_step.set(ctx)
         started = time.time()
-        usage = Usage()
+        spent = Spent()  # model calls count even when the step fails after them
         try:
             with anyio.fail_after(task.timeout or math.inf):
-                output, usage = await self._execute(task)
+                output = await self._execute(task, spent)
             outcome: dict[str, Any] = {"ok": True, "output": output}
         except PlancastError as exc:
             outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
@@ -82,7 +82,7 @@ class Executor(RoleActor):
         finally:
             current_step.reset(token)
         result = StepResult(
-            run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
+            run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=spent.usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
             **outcome,
         )
@@ -98,7 +98,7 @@ class Executor(RoleActor):
                                              error=f"its output could not be stored: {exc}")
             await self.bus.publish_durable(results, failed, msg_id=msg_id)
 
-    async def _execute(self, task: StepTask) -> tuple[str, Usage]:
+    async def _execute(self, task: StepTask, spent: Spent) -> str:
         step = task.step
         if step.tool is not None:
             if step.tool not in self.tools:
@@ -106,7 +106,7 @@ class Executor(RoleActor):
                     f"role {self.name!r} may not use tool {step.tool!r}; its tools: "
                     f"{', '.join(self.tools.names()) or 'none'}"
                 )
-            return await self.tools.run(step.tool, step.args), Usage()
+            return await self.tools.run(step.tool, step.args)
         allowed = self.tools if step.tools is None else self.tools.subset(
             t for t in step.tools if t in self.tools
         )
@@ -115,6 +115,6 @@ class Executor(RoleActor):
             [{"role": "system", "content": self.config.system_prompt or prompts.EXECUTOR},
              {"role": "user", "content": prompts.step_request(
                  task.goal, step, task.inputs, task.feedback)}],
-            allowed, max_rounds=self.config.max_tool_rounds,
+            allowed, max_rounds=self.config.max_tool_rounds, spent=spent,
         )
-        return outcome.text, outcome.usage
+        return outcome.text

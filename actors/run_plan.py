@@ -79,8 +79,8 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
     seen = {s.id: _shape(s) for s in accepted}  # a re-asked model may repeat a step
-    async with stream as lines:
-        try:
+    try:
+        async with stream as lines:
             async for number, line in _numbered(lines):
                 step = _parse_step(number, line)
                 if step is None or seen.get(step.id) == _shape(step):
@@ -92,9 +92,10 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
                     accepted.append(step)
                 else:
                     held.append(step)
-        finally:
-            await run.spent("planner", lines.usage or Usage())
-        _check_complete(lines, len(seen))
+    finally:  # once closed, a rejected, cut or timed-out plan's call is counted too
+        with anyio.CancelScope(shield=True):
+            await run.spent("planner", stream.usage or Usage())
+    _check_complete(stream, len(seen))
     for step in held:
         await _accept(run, round_, step)
         accepted.append(step)

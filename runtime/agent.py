@@ -40,6 +40,14 @@ class ToolUse:
 
 
 @dataclass
+class Spent:
+    """Usage of an agent loop so far, kept by the caller: a loop that fails after some
+    model calls (a model error, too many tool rounds, a timeout) has still spent them."""
+
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass
 class AgentOutcome:
     text: str
     usage: Usage
@@ -48,13 +56,15 @@ class AgentOutcome:
 
 async def run_agent(
     client: ModelClient, messages: list[ChatMessage], tools: ToolRegistry, *, max_rounds: int,
-    response_format: Mapping[str, Any] | None = None,
+    response_format: Mapping[str, Any] | None = None, spent: Spent | None = None,
 ) -> AgentOutcome:
     """Ask the model; run the tools it calls (only those in ``tools``); repeat until it answers.
 
-    ``response_format`` (structured output) shapes the final answer.
+    ``response_format`` (structured output) shapes the final answer; ``spent`` adds up each
+    call's usage as it is made, for a caller that must count it even if the loop fails.
     """
     messages = list(messages)
+    spent = spent if spent is not None else Spent()
     usage = Usage()
     uses: list[ToolUse] = []
     specs = tools.specs() if len(tools) else None
@@ -62,6 +72,7 @@ async def run_agent(
         completion = await client.complete(messages, tools=specs,
                                            response_format=response_format)
         usage = usage + completion.usage
+        spent.usage = spent.usage + completion.usage
         if not completion.tool_calls:
             return AgentOutcome(completion.text, usage, uses)
         messages.append({

@@ -12,7 +12,7 @@ from anyio.abc import TaskStatus
 from .actor import Actor
 from .bus import Bus
 from .errors import PlancastError
-from .llm import ModelClient
+from .llm import ModelClient, default_max_tokens
 from .registry import discover_roles
 from .team import RoleConfig, TeamConfig
 from .tools import ToolRegistry
@@ -61,7 +61,8 @@ class RoleActor(Actor):
         async with AsyncExitStack() as stack:
             if self.config.model is not None:
                 self._model = await stack.enter_async_context(
-                    ModelClient(self.config.model, role=self.name)
+                    ModelClient(self.config.model, role=self.name,
+                                default_max_tokens=default_max_tokens(self.config.kind))
                 )
             await super().serve(task_status=task_status)
 

@@ -157,15 +157,17 @@ async def run_team(
     goal: str = "test goal", roles: dict[str, Any] | None = None,
     tools: ToolRegistry | None = None, planner_options: dict[str, Any] | None = None,
     request: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
-    serve: list[str] | None = None,
+    serve: list[str] | None = None, stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
     ``settings`` override the deployment's, ``serve`` names the roles that get a process
-    (all by default), and ``during(bus, run_id)`` runs beside the run (e.g. to meddle).
+    (all by default), ``stream_usage=False`` plays a model server that sends no usage in
+    streams, and ``during(bus, run_id)`` runs beside the run (e.g. to meddle).
     """
-    async with open_scripted_model_server(Scenario(rules=list(rules))) as model:
+    scenario = Scenario(rules=list(rules), stream_usage=stream_usage)
+    async with open_scripted_model_server(scenario) as model:
         team = make_team(model.base_url, roles, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
