@@ -279,4 +279,4 @@ def main() -> None:
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
-from . import cli_auth, cli_runs, cli_serve  # noqa: E402, F401  (register their commands)
+from . import cli_auth, cli_local, cli_runs, cli_serve  # noqa: E402, F401  (register their commands)
