@@ -217,5 +217,6 @@ class LlamaServer:
             self.log_path.unlink(missing_ok=True)
             self.log_path, self._own_log = None, False
         raise LocalModelStartError(
-            f"the local model server ({' '.join(self.command()[1:4])}) {what}; "
+            f"the local model server (llama_cpp.server, model {self.model or SHIPPED_GGUF}) "
+            f"{what}; "
             f"the end of its log:\n{tail}")
