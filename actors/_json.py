@@ -1,8 +1,8 @@
 """The JSON answers the critic and synthesizer ask for: their schema and a tolerant reader.
 
-With the role option ``structured_output = true`` the schema, generated from these
-msgspec types, is sent as ``response_format`` to servers that support it; either way
-the answer is read tolerantly (code fences and chatter around the object are fine).
+The schema, generated from these msgspec types, is sent in the dialect the model preset's
+``structured`` setting names (see :mod:`runtime.structured`); either way the answer is
+read tolerantly (code fences and chatter around the object are fine).
 """
 
 from __future__ import annotations
@@ -28,14 +28,6 @@ class DecisionAnswer(msgspec.Struct):
     action: Literal["finish", "replan"]
     answer: str = ""
     reason: str = ""
-
-
-def response_format(answer_type: type[msgspec.Struct], enabled: bool) -> dict[str, Any] | None:
-    """The structured-output request for ``answer_type``, or None when the role has it off."""
-    if not enabled:
-        return None
-    return {"type": "json_schema", "json_schema": {
-        "name": answer_type.__name__, "schema": msgspec.json.schema(answer_type)}}
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 from protocols import Message, ReviewTask, Stream, Verb, Verdict
 from runtime.actor import Source, WorkQueue, on
@@ -17,9 +19,11 @@ from runtime.agent import run_agent
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError
 from runtime.role import RoleActor, RoleContext
+from runtime.role_options import RoleOption
+from runtime.structured import answer_constraint
 
 from . import prompts
-from ._json import VerdictAnswer, find_json_object, response_format
+from ._json import VerdictAnswer, find_json_object
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _CODE_HINTS = ("def ", "import ", "print(", "class ", "assert ", "return ")
@@ -43,6 +47,7 @@ class Critic(RoleActor):
     """Pulls ``<prefix>.review``; answers with a Verdict on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "critic"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
         super().__init__(ctx, instance=instance)
@@ -64,8 +69,7 @@ class Critic(RoleActor):
              {"role": "user", "content": prompts.review_request(
                  task.goal, task.step, task.output, task.inputs)}],
             self.tools, max_rounds=self.config.max_tool_rounds,
-            response_format=response_format(
-                VerdictAnswer, bool(self.config.options.get("structured_output"))),
+            constraint=answer_constraint(self.model.settings.structured, VerdictAnswer),
         )
         answer = find_json_object(outcome.text) or {}
         approved = answer.get("approved") is True

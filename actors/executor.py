@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import anyio
 import msgspec
@@ -22,6 +23,7 @@ from runtime.bus import StorageFull
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
 from runtime.role import RoleActor
+from runtime.role_options import RoleOption
 from runtime.tools.context import StepContext, current_step
 
 from . import prompts
@@ -40,6 +42,7 @@ class Executor(RoleActor):
     """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "executor"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def sources(self) -> Sequence[Source]:
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.STEP, self.name), f"step-{self.name}")]

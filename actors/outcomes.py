@@ -81,6 +81,10 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
                 run_id=run.run_id, work=message.work, step_id=message.step_id,
                 attempt=message.attempt, actor=message.actor, error=message.error,
                 will_retry=message.will_retry))
+            if message.setup_error:  # every retry, every replan would fail the same way
+                run.abort(RunFailure("synthesize" if message.work == "synthesis" else "execute",
+                                     f"{message.work} by {message.actor}: {message.error}",
+                                     "config"))
 
 
 WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}

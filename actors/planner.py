@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -52,6 +53,7 @@ from runtime.bus import Fenced
 from runtime.delivery import Delivery
 from runtime.kv import current_values
 from runtime.role import RoleActor, RoleContext
+from runtime.role_options import RoleOption
 
 from . import outcomes, run_timers
 from .liveness import Liveness
@@ -77,6 +79,9 @@ class Planner(RoleActor):
     """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.<run>.>`` for each run it owns."""
 
     role = "planner"
+    role_options = MappingProxyType({"stream_plan": RoleOption(
+        bool, True, "dispatch each step the moment its line arrives; false waits for the "
+                    "whole plan")})
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
         # Handlers are short (a run is a task of its own), so many may be in hand at once.

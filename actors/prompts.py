@@ -64,8 +64,10 @@ class _Framer:
 def planner_request(
     goal: str, executors: list[RoleConfig], tools: ToolRegistry, *, first_id: int,
     done: Mapping[int, str], done_steps: Mapping[int, Step], reason: str = "",
-    accepted: list[Step] | None = None, error: str = "",
+    accepted: list[Step] | None = None, error: str = "", as_object: bool = False,
 ) -> str:
+    """The planner's request; ``as_object`` asks for ``{"steps": [...]}`` instead of lines
+    (the form a JSON-Schema constraint takes)."""
     data = _Framer()
     lines = [data.notice, "", f"Goal: {goal}", "", "Roles:"]
     for role in executors:
@@ -94,7 +96,11 @@ def planner_request(
     if error:
         lines += ["", "Your previous plan was rejected: " + data("error", error),
                   "Write a corrected plan."]
-    lines += ["", f"Write the plan now, first step id {first_id}, one JSON object per line."]
+    if as_object:
+        lines += ["", f"Write the plan now as one JSON object {{\"steps\": [...]}} holding "
+                  f"the step objects, first step id {first_id}."]
+    else:
+        lines += ["", f"Write the plan now, first step id {first_id}, one JSON object per line."]
     return "\n".join(lines)
 
 

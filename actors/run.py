@@ -42,7 +42,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import TRANSIENT, Fenced, StorageFull, Unsettled
-from runtime.errors import ModelError, StepStateError
+from runtime.errors import ModelConfigError, ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
@@ -120,6 +120,8 @@ class Run:
                 log.warning("run %s: the bus is unavailable (%s); its planner lets it go and "
                             "it is adopted once its lease ends", self.run_id, exc)
                 return
+            except ModelConfigError as exc:  # the same request would fail again
+                self.failure = RunFailure("plan", str(exc), "config")
             except ModelError as exc:
                 self.failure = RunFailure("plan", f"the planner's model failed: {exc}", "model")
             except StorageFull as exc:

@@ -18,7 +18,10 @@ from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned
 from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
+from runtime.plan_constraint import plan_shape
+from runtime.plan_schema import drop_nulls
 from runtime.scheduler import references
+from runtime.structured import Constraint, plan_constraint
 
 from . import prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round
@@ -35,17 +38,20 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
     for attempt in range(1, team.plan_attempts + 1):
         await run.events.emit(PlanStarted(run_id=run.run_id, round=round_,
                                           model=model.settings.model))
+        constraint = _constraint(run, accepted)
         content = prompts.planner_request(
             run.request.goal, team.executors(), run.planner.ctx.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
+            as_object=constraint is not None and constraint.framing == "steps",
         )
         messages = [{"role": "system",
                      "content": run.planner.config.system_prompt or prompts.PLANNER},
                     {"role": "user", "content": content}]
         try:
             with anyio.move_on_after(team.timeouts.plan) as deadline:
-                steps = await _stream(run, round_, model.stream_lines(messages), accepted)
+                lines = model.stream_lines(messages, constraint=constraint)
+                steps = await _stream(run, round_, lines, accepted)
             if deadline.cancelled_caught:
                 raise PlanValidationError(
                     f"the planner's model did not finish the plan within "
@@ -83,6 +89,8 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
         async with stream as lines:
             async for number, line in _numbered(lines):
                 step = _parse_step(number, line)
+                if step is not None and step.args and stream.framing == "steps":
+                    step = _without_strict_nulls(run, step)
                 if step is None or seen.get(step.id) == _shape(step):
                     continue
                 seen[step.id] = _shape(step)
@@ -102,11 +110,27 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     return len(accepted)
 
 
+def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
+    """What the planner's model may write now, in its server's dialect (built per request:
+    the first id, the ids to depend on and the room left change with every attempt)."""
+    shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
+                       prior=[s.id for s in run.scheduler.steps],
+                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1)
+    return plan_constraint(run.planner.model.settings.structured, shape)
+
+
 def _shape(step: Step) -> Step:
     """The step as its ``step.planned`` event shows it (``$N`` references counted among its
     dependencies): a step rebuilt from that event equals the model's line it came from."""
     return msgspec.structs.replace(
         step, depends_on=sorted(set(step.depends_on) | set(references(step.args))))
+
+
+def _without_strict_nulls(run: Run, step: Step) -> Step:
+    """A strict schema made the model write ``null`` for optional arguments it left unset."""
+    tools = run.planner.ctx.tools
+    schema = tools.get(step.tool).parameters if step.tool and step.tool in tools else None
+    return msgspec.structs.replace(step, args=drop_nulls(step.args, schema))
 
 
 def _check_complete(lines: LineStream, count: int) -> None:

@@ -12,7 +12,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -33,6 +35,7 @@ from protocols import (
 from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.role import RoleActor, RoleContext
+from runtime.role_options import RoleOption
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ class SupervisorActor(RoleActor):
     """Consumes ``<prefix>.dead.>`` and heartbeats; answers with replan requests."""
 
     role = "supervisor"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
         # Heartbeats are many and tiny: never queue them behind a dead letter.

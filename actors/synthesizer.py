@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
 from runtime.actor import Source, WorkQueue, on
 from runtime.delivery import Delivery
 from runtime.role import RoleActor
+from runtime.role_options import RoleOption
+from runtime.structured import answer_constraint
 
 from . import prompts
-from ._json import DecisionAnswer, find_json_object, response_format
+from ._json import DecisionAnswer, find_json_object
 
 
 class Synthesizer(RoleActor):
@@ -18,6 +22,7 @@ class Synthesizer(RoleActor):
     ``<prefix>.result.<run_id>.<role>``."""
 
     role = "synthesizer"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def sources(self) -> Sequence[Source]:
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis")]
@@ -32,8 +37,7 @@ class Synthesizer(RoleActor):
             {"role": "system", "content": self.config.system_prompt or prompts.SYNTHESIZER},
             {"role": "user", "content": prompts.synthesis_request(
                 task.goal, task.plan, task.results, task.failures, task.replans_left)},
-        ], response_format=response_format(
-            DecisionAnswer, bool(self.config.options.get("structured_output"))))
+        ], constraint=answer_constraint(self.model.settings.structured, DecisionAnswer))
         answer = find_json_object(completion.text)
         if answer is None:  # plain prose is taken as the answer itself
             answer = {"action": "finish", "answer": completion.text.strip()}
@@ -41,8 +45,8 @@ class Synthesizer(RoleActor):
         decision = SynthesisDecision(
             run_id=task.run_id, round=task.plan.round,
             action="replan" if wants_replan else "finish",
-            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason", "")),
-            reason=str(answer.get("reason", "")), usage=completion.usage,
+            answer="" if wants_replan else str(answer.get("answer") or answer.get("reason") or ""),
+            reason=str(answer.get("reason") or ""), usage=completion.usage,
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,

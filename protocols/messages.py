@@ -267,6 +267,9 @@ class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
     """What went wrong, in one line."""
     will_retry: bool
     """True if the task will be delivered again; False if it was given up (dead-lettered)."""
+    setup_error: bool = False
+    """True if the failure is a configuration mistake no retry can fix (a model server that
+    refuses the structured-output dialect of its preset): the run fails at once with it."""
 
 
 class Heartbeat(Message, frozen=True, kw_only=True, tag="actor.heartbeat"):

@@ -37,6 +37,7 @@ from protocols.codec import UNREADABLE
 
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
+from .errors import SetupError
 from .reports import header_safe, tag_of, traceback_tail, work_error
 from .sources import (
     FETCH_WAIT,
@@ -327,11 +328,15 @@ class Actor:
     async def _handler_failed(self, delivery: Delivery, message: Message,
                               exc: Exception) -> None:
         """A handler raised: retry while deliveries remain, then dead-letter. The run the
-        work belongs to hears of it (``work.error``); a passing bus error is only logged."""
-        reason = f"{type(exc).__name__}: {exc}"
-        will_retry = delivery.durable and delivery.retries_left()
+        work belongs to hears of it (``work.error``); a passing bus error is only logged. A
+        setup mistake (``SetupError``: a misconfigured model) is never retried: the same
+        request would fail the same way, so the run hears of it once and fails."""
+        setup = isinstance(exc, SetupError)
+        reason = str(exc) if setup else f"{type(exc).__name__}: {exc}"
+        will_retry = delivery.durable and delivery.retries_left() and not setup
         report = work_error(message, actor=f"{self.name}/{self.instance}",
-                            delivery=delivery.deliveries, error=reason, will_retry=will_retry)
+                            delivery=delivery.deliveries, error=reason, will_retry=will_retry,
+                            setup_error=setup)
         if report is not None:
             await self._tell_run(report)
         if will_retry:

@@ -6,7 +6,6 @@ instructions: an executor's output cannot add steps or change the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from protocols.codec import UNREADABLE
 
 from .errors import PlancastError
 from .llm import ChatMessage, ModelClient
+from .structured import Constraint
 from .tools import ToolRegistry
 
 DATA_NOTICE = (
@@ -56,12 +56,13 @@ class AgentOutcome:
 
 async def run_agent(
     client: ModelClient, messages: list[ChatMessage], tools: ToolRegistry, *, max_rounds: int,
-    response_format: Mapping[str, Any] | None = None, spent: Spent | None = None,
+    constraint: Constraint | None = None, spent: Spent | None = None,
 ) -> AgentOutcome:
     """Ask the model; run the tools it calls (only those in ``tools``); repeat until it answers.
 
-    ``response_format`` (structured output) shapes the final answer; ``spent`` adds up each
-    call's usage as it is made, for a caller that must count it even if the loop fails.
+    ``constraint`` (structured output, in the dialect of the model's server) shapes the
+    final answer; ``spent`` adds up each call's usage as it is made, for a caller that must
+    count it even if the loop fails.
     """
     messages = list(messages)
     spent = spent if spent is not None else Spent()
@@ -69,8 +70,7 @@ async def run_agent(
     uses: list[ToolUse] = []
     specs = tools.specs() if len(tools) else None
     for _ in range(max_rounds):
-        completion = await client.complete(messages, tools=specs,
-                                           response_format=response_format)
+        completion = await client.complete(messages, tools=specs, constraint=constraint)
         usage = usage + completion.usage
         spent.usage = spent.usage + completion.usage
         if not completion.tool_calls:

@@ -67,3 +67,9 @@ class ModelError(PlancastError):
 
 class ScenarioError(PlancastError):
     """A scripted-model scenario file or object is invalid; the message names the field."""
+
+
+class StructuredOutputUnsupported(ModelConfigError):
+    """The model's server refused the structured-output constraint we sent (HTTP 400/500
+    naming ``response_format``, ``grammar`` ...): the preset's ``structured`` setting does
+    not match the server. Retrying cannot help; the message names the setting to change."""

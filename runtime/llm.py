@@ -13,7 +13,7 @@ import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import msgspec
@@ -31,7 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from protocols import Usage
 
 from .errors import ModelConfigError, ModelError
+from .json_stream import StepArrayReader
+from .structured import Constraint, Structured, refusal
 from .token_estimate import estimate_messages, estimate_text
+
+if TYPE_CHECKING:
+    from .errors import StructuredOutputUnsupported
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -72,6 +77,12 @@ class ModelSettings(BaseModel):
 
     model: str = Field(min_length=1)
     """Model name as the server knows it (``gpt-4.1-mini``, ``qwen2.5:7b`` ...)."""
+    name: str = ""
+    """The preset's name (``[models.NAME]``), filled in by the team loader; for messages."""
+    structured: Structured = "off"
+    """The structured-output dialect its server speaks for plans, verdicts and decisions:
+    ``off``, ``json_schema`` (OpenAI), ``json_object_schema`` and ``grammar`` (llama.cpp),
+    ``vllm``; see :mod:`runtime.structured`."""
     base_url: str | None = None
     """OpenAI-compatible endpoint, ending in ``/v1``; None uses ``OPENAI_BASE_URL`` or OpenAI."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -199,8 +210,10 @@ class ModelClient:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         response_format: Mapping[str, Any] | None = None,
+        constraint: Constraint | None = None,
     ) -> Completion:
-        """One model call, answered in full; ``tools`` and ``response_format`` as in the API."""
+        """One model call, answered in full; ``tools`` and ``response_format`` as in the API,
+        ``constraint`` in the dialect of the preset's server."""
         s = self.settings
         try:
             response = await self._client.chat.completions.create(
@@ -212,11 +225,11 @@ class ModelClient:
                 else openai.omit,
                 temperature=_opt(s.temperature),
                 max_tokens=_opt(self.max_tokens),
-                extra_body=s.extra_body or None,
+                extra_body=_body(s, constraint),
                 stream=False,
             )
         except openai.OpenAIError as exc:
-            raise model_error(exc, s) from exc
+            raise model_error(exc, s, constraint) from exc
         if not response.choices:
             raise ModelError(f"model {s.model!r} at {s.effective_base_url()} returned no choices")
         choice = response.choices[0]
@@ -235,13 +248,16 @@ class ModelClient:
             finish_reason=choice.finish_reason,
         )
 
-    def stream_lines(self, messages: Sequence[ChatMessage]) -> LineStream:
+    def stream_lines(self, messages: Sequence[ChatMessage], *,
+                     constraint: Constraint | None = None) -> LineStream:
         """Stream a completion as lines, each yielded as soon as its newline arrives.
 
         ``async with client.stream_lines(messages) as lines: async for line in lines``;
-        after the last line ``lines.usage`` holds the call's usage.
+        after the last line ``lines.usage`` holds the call's usage. With a constraint
+        framed as ``steps`` (a JSON-Schema dialect), each "line" is one element of the
+        answer's ``steps`` array, yielded as soon as it closes.
         """
-        return LineStream(self, messages)
+        return LineStream(self, messages, constraint)
 
     def _record(self, reported: CompletionUsage | None, messages: Sequence[ChatMessage],
                 text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> Usage:
@@ -256,7 +272,7 @@ class ModelClient:
         return usage
 
     async def _open_stream(
-        self, messages: Sequence[ChatMessage]
+        self, messages: Sequence[ChatMessage], constraint: Constraint | None
     ) -> openai.AsyncStream[ChatCompletionChunk]:
         s = self.settings
         try:
@@ -265,12 +281,12 @@ class ModelClient:
                 messages=_messages(messages),
                 temperature=_opt(s.temperature),
                 max_tokens=_opt(self.max_tokens),
-                extra_body=s.extra_body or None,
+                extra_body=_body(s, constraint),
                 stream=True,
                 stream_options={"include_usage": True},
             )
         except openai.OpenAIError as exc:
-            raise model_error(exc, s) from exc
+            raise model_error(exc, s, constraint) from exc
 
 
 class LineStream:
@@ -282,7 +298,8 @@ class LineStream:
     text received.
     """
 
-    def __init__(self, client: ModelClient, messages: Sequence[ChatMessage]) -> None:
+    def __init__(self, client: ModelClient, messages: Sequence[ChatMessage],
+                 constraint: Constraint | None = None) -> None:
         self.usage: Usage | None = None
         """Usage of the call; None until the stream has ended."""
         self.finish_reason: str | None = None
@@ -291,11 +308,19 @@ class LineStream:
         """Everything received so far."""
         self._client = client
         self._messages = messages
+        self._constraint = constraint
+        self._steps = StepArrayReader() if constraint and constraint.framing == "steps" \
+            else None
         self._stream: openai.AsyncStream[ChatCompletionChunk] | None = None
         self._reported: CompletionUsage | None = None
         self._ready: deque[str] = deque()
         self._partial = ""
         self._done = False
+
+    @property
+    def framing(self) -> str:
+        """``lines`` (JSON Lines, or any text) or ``steps`` (elements of a steps array)."""
+        return "steps" if self._steps is not None else "lines"
 
     def __aiter__(self) -> Self:
         return self
@@ -309,7 +334,7 @@ class LineStream:
 
     async def _pull(self) -> None:
         if self._stream is None:
-            self._stream = await self._client._open_stream(self._messages)
+            self._stream = await self._client._open_stream(self._messages, self._constraint)
         try:
             chunk = await self._stream.__anext__()
         except StopAsyncIteration:
@@ -317,7 +342,7 @@ class LineStream:
             return
         except openai.OpenAIError as exc:
             await self.aclose()
-            raise model_error(exc, self._client.settings) from exc
+            raise model_error(exc, self._client.settings, self._constraint) from exc
         if chunk.usage is not None:
             self._reported = chunk.usage
         for choice in chunk.choices[:1]:
@@ -327,11 +352,16 @@ class LineStream:
 
     def _feed(self, content: str) -> None:
         self.text += content
+        if self._steps is not None:
+            self._ready.extend(self._steps.feed(content))
+            return
         complete, self._partial = split_lines(self._partial, content)
         self._ready.extend(complete)
 
     async def _finish(self) -> None:
         self._done = True
+        if self._steps is not None:
+            self._ready.extend(self._steps.finish())
         if self._partial:
             self._ready.append(self._partial)
             self._partial = ""
@@ -358,8 +388,11 @@ class LineStream:
         await self.aclose()
 
 
-def model_error(exc: openai.OpenAIError, settings: ModelSettings) -> ModelError:
-    """Turn an openai exception into a ModelError that says what to check."""
+def model_error(exc: openai.OpenAIError, settings: ModelSettings,
+                constraint: Constraint | None = None,
+                ) -> ModelError | StructuredOutputUnsupported:
+    """Turn an openai exception into a ModelError that says what to check (or, when the
+    server refused the request's constraint, the configuration error that names it)."""
     where = f"model {settings.model!r} at {settings.effective_base_url()}"
     if isinstance(exc, openai.APITimeoutError):
         return ModelError(
@@ -375,6 +408,9 @@ def model_error(exc: openai.OpenAIError, settings: ModelSettings) -> ModelError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body
+        refused = refusal(status, f"{exc.message} {body}", settings, constraint)
+        if refused is not None:
+            return refused
         detail = body.get("message") if isinstance(body, dict) else None
         hints = {
             401: f"check the API key in ${settings.api_key_env}",
@@ -403,6 +439,11 @@ def split_lines(partial: str, content: str) -> tuple[list[str], str]:
 def _calls_text(calls: Sequence[ToolCall]) -> str:
     """The tool calls as the model wrote them (for a token estimate)."""
     return "".join(f" {c.name} {c.arguments}" for c in calls)
+
+
+def _body(settings: ModelSettings, constraint: Constraint | None) -> dict[str, Any] | None:
+    """The preset's ``extra_body`` with the constraint's fields."""
+    return {**settings.extra_body, **(constraint.body if constraint else {})} or None
 
 
 def _messages(messages: Sequence[ChatMessage]) -> Iterable[ChatCompletionMessageParam]:

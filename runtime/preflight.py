@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .errors import PlancastError
 from .registry import discover_roles
+from .role_options import option_problems
 from .team import MODEL_KINDS, SERVICE_KINDS, TeamConfig, TeamConfigError
 from .tools import ToolRegistry
 
@@ -26,6 +27,8 @@ def problems(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None 
             why = installed[role.kind].error if role.kind in installed else "not installed"
             found.append(f"role {name!r} has kind {role.kind!r}, which cannot be loaded "
                          f"({why}; `plancast roles` lists the kinds)")
+        else:
+            found += option_problems(role, installed[role.kind].factory)
         if role.needs_model() and role.model is not None:
             try:
                 role.model.api_key()

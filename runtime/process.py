@@ -77,11 +77,13 @@ async def open_deployment(
 
     On exit the actors drain before the connection closes.
     """
-    async with open_bus(settings) as bus, anyio.create_task_group() as tg:
-        actors = build_team_actors(bus, team, tools, roles)
-        stop = anyio.Event()
-        await tg.start(partial(serve_actors, actors, stop=stop, handle_signals=handle_signals))
-        try:
-            yield bus
-        finally:
-            stop.set()
+    async with open_bus(settings) as bus:
+        actors = build_team_actors(bus, team, tools, roles)  # a team mistake raises as itself
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(partial(serve_actors, actors, stop=stop,
+                                   handle_signals=handle_signals))
+            try:
+                yield bus
+            finally:
+                stop.set()

@@ -14,10 +14,10 @@ from protocols.codec import UNREADABLE
 
 
 def work_error(message: Message, *, actor: str, delivery: int, error: str,
-               will_retry: bool) -> WorkError | None:
+               will_retry: bool, setup_error: bool = False) -> WorkError | None:
     """The report to a run of a failure to handle one of its tasks (None: not run work)."""
     common: dict[str, Any] = {"actor": actor, "delivery": delivery, "error": error[:2000],
-                              "will_retry": will_retry}
+                              "will_retry": will_retry, "setup_error": setup_error}
     match message:
         case StepTask():
             return WorkError(run_id=message.run_id, work="step", step_id=message.step.id,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import ClassVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -14,7 +15,8 @@ from .bus import Bus
 from .errors import PlancastError
 from .llm import ModelClient, default_max_tokens
 from .registry import discover_roles
-from .team import RoleConfig, TeamConfig
+from .role_options import RoleOption, option_problems
+from .team import RoleConfig, TeamConfig, TeamConfigError
 from .tools import ToolRegistry
 
 
@@ -37,7 +39,13 @@ RoleFactory = Callable[[RoleContext], Actor]
 
 
 class RoleActor(Actor):
-    """An actor built from a role config, with its model client open while it serves."""
+    """An actor built from a role config, with its model client open while it serves.
+
+    A subclass lists the ``options`` it reads in ``role_options``; the team's options are
+    checked against it before the actor is built (None: it reads none of its own, and
+    takes any)."""
+
+    role_options: ClassVar[Mapping[str, RoleOption] | None] = None
 
     def __init__(
         self, ctx: RoleContext, *, instance: str | None = None, concurrency: int | None = None
@@ -78,6 +86,9 @@ def build_actor(ctx: RoleContext) -> Actor:
             f"role {ctx.role.name!r} has kind {ctx.role.kind!r}, which is not an installed "
             f"plancast role{why}; installed: {known}"
         )
+    problems = option_problems(ctx.role, entry.factory)
+    if problems:
+        raise TeamConfigError("\n".join(problems))
     actor: Actor = entry.factory(ctx)
     return actor
 

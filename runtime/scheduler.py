@@ -264,6 +264,11 @@ class Scheduler:
         return self._round
 
     @property
+    def steps_left(self) -> int:
+        """New steps this round may still take (``max_steps`` less those it has)."""
+        return max(self._max_steps - self._new_in_round, 0)
+
+    @property
     def closed(self) -> bool:
         """True once `close_plan` accepted the current round."""
         return self._closed

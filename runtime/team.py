@@ -188,7 +188,8 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
                     f"{source}: role {name!r} uses model preset {model!r}, but there is no "
                     f"[models.{model}] table (presets: {', '.join(sorted(presets)) or 'none'})"
                 )
-            role["model"] = presets[model]
+            preset = presets[model]
+            role["model"] = {"name": model, **preset} if isinstance(preset, dict) else preset
         roles[name] = role
     if not roles:
         raise TeamConfigError(f"{source}: no roles; add at least a [roles.<name>] table")

@@ -1,6 +1,7 @@
 """Test doubles shipped with plancast: the scripted OpenAI-compatible model server."""
 
 from ._scenario import Latency as Latency
+from ._scenario import Rejection as Rejection
 from ._scenario import Rule as Rule
 from ._scenario import Scenario as Scenario
 from ._scenario import ScriptedToolCall as ScriptedToolCall
@@ -15,6 +16,7 @@ __all__ = [
     "FINGERPRINT",
     "Latency",
     "RecordedRequest",
+    "Rejection",
     "Rule",
     "Scenario",
     "ScriptedModelServer",

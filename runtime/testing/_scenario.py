@@ -126,6 +126,51 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
         return self.text
 
 
+CONSTRAINT_KINDS = ("grammar", "json_schema", "json_object", "structured_outputs")
+"""How a request can constrain the answer: a ``grammar`` field, a ``response_format`` of
+type ``json_schema`` or ``json_object``, vLLM's ``structured_outputs``."""
+
+_REFUSALS = {
+    "grammar": "Unrecognized request argument supplied: grammar",
+    "structured_outputs": "Unrecognized request argument supplied: structured_outputs",
+    "json_schema": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                   "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}]",
+    "json_object": "'response_format.type' must be 'json_schema'",
+}
+
+
+class Rejection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The server does not speak one way of constraining answers, and says so as real servers
+    do: OpenAI answers 400 to a ``grammar``; llama-cpp-python 500 to a ``json_schema``."""
+
+    constraint: str
+    """One of ``grammar``, ``json_schema``, ``json_object``, ``structured_outputs``."""
+    status: int = 400
+    """The HTTP status of the refusal."""
+    message: str = ""
+    """The error message; empty uses what the real server says."""
+
+    def __post_init__(self) -> None:
+        if self.constraint not in CONSTRAINT_KINDS:
+            raise ValueError(f"rejection constraint must be one of {CONSTRAINT_KINDS}")
+        if not 400 <= self.status <= 599:
+            raise ValueError("rejection status must be an HTTP error status 400..599")
+
+    def text(self) -> str:
+        return self.message or _REFUSALS[self.constraint]
+
+
+def constraint_kind(body: dict[str, Any]) -> str | None:
+    """How a request body constrains the answer (one of ``CONSTRAINT_KINDS``), or None."""
+    if "grammar" in body:
+        return "grammar"
+    if "structured_outputs" in body:
+        return "structured_outputs"
+    form = body.get("response_format")
+    kind = form.get("type") if isinstance(form, dict) else None
+    return kind if kind in ("json_schema", "json_object") else None
+
+
 class Scenario(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The whole script of a scripted model server."""
 
@@ -142,6 +187,8 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     stream_usage: bool = True
     """Send usage at the end of a stream when the client asks (``include_usage``); false
     plays a server that never does (llama.cpp's server)."""
+    rejects: list[Rejection] = []
+    """Constraints this server refuses (answered with an error before any rule is tried)."""
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:

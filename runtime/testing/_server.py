@@ -29,7 +29,15 @@ from ._http import (
     read_request,
     send_json,
 )
-from ._scenario import Latency, RequestView, Rule, Scenario, message_text, rule_matches
+from ._scenario import (
+    Latency,
+    RequestView,
+    Rule,
+    Scenario,
+    constraint_kind,
+    message_text,
+    rule_matches,
+)
 
 FINGERPRINT = "plancast-scripted"
 """``system_fingerprint`` of every completion: the answer came from a script, not a model."""
@@ -68,6 +76,28 @@ class RecordedRequest:
     @property
     def stream(self) -> bool:
         return bool(self.body.get("stream"))
+
+    @property
+    def constraint_kind(self) -> str | None:
+        """``grammar``, ``json_schema``, ``json_object``, ``structured_outputs`` or None."""
+        return constraint_kind(self.body)
+
+    @property
+    def constraint(self) -> Any:
+        """The constraint as sent: the grammar text, the JSON schema, or None."""
+        body = self.body
+        match self.constraint_kind:
+            case "grammar":
+                return body["grammar"]
+            case "structured_outputs":
+                outputs = body["structured_outputs"]
+                return outputs.get("grammar") or outputs.get("json") \
+                    if isinstance(outputs, dict) else outputs
+            case "json_schema":
+                return (body["response_format"].get("json_schema") or {}).get("schema")
+            case "json_object":
+                return body["response_format"].get("schema")
+        return None
 
 
 def count_words(text: str) -> int:
@@ -179,6 +209,14 @@ class ScriptedModelServer:
         )
         self.requests.append(record)
         view = RequestView(body, request.headers, record.index)
+        refused = [r for r in self.scenario.rejects if r.constraint == record.constraint_kind]
+        if refused:
+            record.status = refused[0].status
+            kind = _ERROR_KINDS.get(record.status, "server_error")
+            await send_json(stream, record.status, error_body(refused[0].text(), kind=kind),
+                            keep_alive=keep)
+            record.finished_at = time.monotonic()
+            return
         found = self._match(view)
         if found is None:
             record.status = 400

@@ -32,7 +32,13 @@ from runtime.client import follow, submit
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.team import TeamConfig, team_from_dict
-from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
+from runtime.testing import (
+    RecordedRequest,
+    Rejection,
+    Rule,
+    Scenario,
+    open_scripted_model_server,
+)
 from runtime.tools import ToolRegistry, builtin_tools
 from runtime.view import RunView
 
@@ -62,11 +68,16 @@ def finish(answer: str, **fields: Any) -> Rule:
                 **fields)
 
 
-def make_team(base_url: str, roles: dict[str, Any] | None = None, **policy: Any) -> TeamConfig:
-    """Planner, a tool-only ``worker``, a synthesizer, plus ``roles``; all on the scripted model."""
+def make_team(base_url: str, roles: dict[str, Any] | None = None, *,
+              model: dict[str, Any] | None = None,
+              presets: dict[str, dict[str, Any]] | None = None, **policy: Any) -> TeamConfig:
+    """Planner, a tool-only ``worker``, a synthesizer, plus ``roles``; all on the scripted
+    model (its preset ``scripted`` extended with ``model``; ``presets`` are more presets of
+    the same server for ``roles`` to name)."""
+    scripted = {"model": "scripted-model", "base_url": base_url, "max_retries": 0}
     data: dict[str, Any] = {
-        "models": {"scripted": {"model": "scripted-model", "base_url": base_url,
-                                "max_retries": 0}},
+        "models": {"scripted": {**scripted, **(model or {})},
+                   **{name: {**scripted, **extra} for name, extra in (presets or {}).items()}},
         "roles": {
             "planner": {"kind": "planner", "model": "scripted"},
             "worker": {"description": "runs tools", "tools": WORKER_TOOLS,
@@ -157,18 +168,23 @@ async def run_team(
     goal: str = "test goal", roles: dict[str, Any] | None = None,
     tools: ToolRegistry | None = None, planner_options: dict[str, Any] | None = None,
     request: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
-    serve: list[str] | None = None, stream_usage: bool = True,
+    serve: list[str] | None = None, model: dict[str, Any] | None = None,
+    presets: dict[str, dict[str, Any]] | None = None, rejects: Sequence[Rejection] = (),
+    stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
     ``settings`` override the deployment's, ``serve`` names the roles that get a process
-    (all by default), ``stream_usage=False`` plays a model server that sends no usage in
-    streams, and ``during(bus, run_id)`` runs beside the run (e.g. to meddle).
+    (all by default), ``model`` extends the scripted model's preset (``structured`` ...)
+    and ``presets`` adds presets of the same server,
+    ``rejects`` are constraints the model server refuses, ``stream_usage=False`` plays a
+    model server that sends no usage in streams, and ``during(bus, run_id)`` runs beside the
+    run (e.g. to meddle).
     """
-    scenario = Scenario(rules=list(rules), stream_usage=stream_usage)
-    async with open_scripted_model_server(scenario) as model:
-        team = make_team(model.base_url, roles, **policy)
+    scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
+    async with open_scripted_model_server(scenario) as server:
+        team = make_team(server.base_url, roles, model=model, presets=presets, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
         config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))
@@ -181,7 +197,7 @@ async def run_team(
                 events = [event async for event in follow(bus, accepted.run_id)]
                 replay = [event async for event in follow(bus, accepted.run_id)]
             tg.cancel_scope.cancel()
-        requests = list(model.requests)
+        requests = list(server.requests)
     check_sequence(events)
     assert replay == events, "a late subscriber must replay exactly the same events"
     view = RunView(accepted.run_id)  # the CLI's view folds any real run's events
