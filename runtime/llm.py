@@ -292,7 +292,9 @@ class ModelClient:
 class LineStream:
     """The lines of one streamed completion (without their newlines), as they arrive.
 
-    A final line without a newline is yielded at the end. ``usage``, ``finish_reason``
+    A final line without a newline is yielded at the end, unless the model was stopped
+    there by ``max_tokens`` (``finish_reason`` "length": the line was cut). ``usage``,
+    ``finish_reason``
     and ``text`` are complete once the iteration has ended. A stream closed before its end
     (a plan rejected mid-stream, a timeout) still counts: its usage is estimated from the
     text received.
@@ -362,9 +364,9 @@ class LineStream:
         self._done = True
         if self._steps is not None:
             self._ready.extend(self._steps.finish())
-        if self._partial:
-            self._ready.append(self._partial)
-            self._partial = ""
+        if self._partial and self.finish_reason != "length":
+            self._ready.append(self._partial)  # a last line without its newline
+        self._partial = ""  # cut by max_tokens: not a line, the caller sees finish_reason
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -86,6 +86,17 @@ async def test_stream_lines_joins_lines_split_across_chunks() -> None:
     assert len(server.requests[0].sent_at) == 6
 
 
+async def test_a_line_cut_by_max_tokens_is_not_yielded() -> None:
+    """The model stopped mid-line at its max_tokens: the cut line is no line (a plan would
+    report it as malformed JSON instead of naming max_tokens)."""
+    rule = Rule(text='{"id": 1}\n{"id": 2, "ro', finish_reason="length")
+    async with model(Scenario(rules=[rule]), model="m") as (_, client):
+        stream = client.stream_lines([USER])
+        lines = [line async for line in stream]
+    assert lines == ['{"id": 1}'] and stream.finish_reason == "length"
+    assert stream.text.endswith('"ro')
+
+
 async def test_stream_lines_can_stop_early() -> None:
     rule = Rule(lines=["a", "b", "c"], latency=Latency(per_line=0.05))
     async with model(Scenario(rules=[rule]), model="m") as (_, client):
