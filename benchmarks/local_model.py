@@ -61,6 +61,8 @@ from runtime.tools import builtin_tools
 ROOT = Path(__file__).resolve().parents[1]
 TEAM_FILE = ROOT / "examples" / "local_model" / "team.toml"
 RUN_TIMEOUT = 300.0
+MAX_STEPS = 4
+"""Steps one plan may have: a 135M model does not stop writing steps by itself."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class RunFigures:
     expected_found: bool | None
     usage: dict[str, Any]
     reason: str = ""
+    rejections: list[str] = field(default_factory=list)
     plan_lines: list[str] = field(default_factory=list)
 
 
@@ -129,6 +132,7 @@ def figures(mode: str, goal_index: int, events: list[RunEvent], seconds: float) 
         replans_valid=sum(e.round > 0 for e in finished), expected_found=expected,
         usage=msgspec.to_builtins(usage),
         reason=last.reason if isinstance(last, RunFailed) else "",
+        rejections=[e.error for e in events if isinstance(e, PlanRejected)],
         plan_lines=[msgspec.json.encode(e.step).decode() for e in events
                     if isinstance(e, StepPlanned)])
 
@@ -144,8 +148,8 @@ async def run_goals(nats_url: str, base_url: str, modes: list[str], goals: int, 
             for goal_index in range(goals):
                 for n in range(runs):
                     started = time.monotonic()
-                    accepted = await submit(bus, RunRequest(goal=GOALS[goal_index].text,
-                                                            max_replans=1))
+                    accepted = await submit(bus, RunRequest(
+                        goal=GOALS[goal_index].text, max_replans=1, max_steps=MAX_STEPS))
                     with anyio.fail_after(RUN_TIMEOUT):
                         events = [e async for e in follow(bus, accepted.run_id)]
                     run = figures(mode, goal_index, events, time.monotonic() - started)

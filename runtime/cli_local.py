@@ -37,7 +37,7 @@ def local_model(
     n_ctx: Annotated[int, typer.Option("--n-ctx", min=512,
                                        help="Context size in tokens.")] = N_CTX,
     threads: Annotated[int | None, typer.Option(
-        min=1, help="CPU threads; default: every core.")] = None,
+        min=1, help="CPU threads; default: half the cores.")] = None,
     log: Annotated[Path | None, typer.Option(
         help="Write the server's output here; default: a temporary file.")] = None,
     start_timeout: Annotated[float, typer.Option(
@@ -58,7 +58,7 @@ def local_model(
     except (KeyboardInterrupt, _Stop):  # stopped while it was starting
         server.__exit__(None, None, None)
         raise typer.Exit(130) from None
-    tail = ""
+    tail, status = "", None
     try:
         console.print(server.base_url, markup=False, highlight=False, soft_wrap=True)
         err_console.print(
@@ -66,26 +66,18 @@ def local_model(
             f"OPENAI_BASE_URL={server.base_url} or base_url = \"{server.base_url}\" and "
             f"model = \"{alias}\" in a [models.X] preset. Ctrl-C stops it.",
             markup=False, highlight=False, soft_wrap=True)
-        status = _serve_until_stopped(server)
-        if status is not None:
-            tail = server.log_tail()
+        while (status := server.wait(_POLL)) is None:
+            pass
+        tail = server.log_tail()
+    except (KeyboardInterrupt, _Stop):  # asked to stop: a clean stop, exit 0
+        pass
     finally:
+        signal.signal(signal.SIGTERM, previous)  # a second signal ends us (the server too)
         server.__exit__(None, None, None)
-        signal.signal(signal.SIGTERM, previous)
     if status is not None:
         print_error(f"the local model server exited with status {status}; the end of its "
                     f"log:\n{tail}")
         raise typer.Exit(1)
-
-
-def _serve_until_stopped(server: LlamaServer) -> int | None:
-    """Wait for Ctrl-C or SIGTERM (None), or for the server to exit by itself (its status)."""
-    try:
-        while (status := server.wait(_POLL)) is None:
-            pass
-    except (KeyboardInterrupt, _Stop):
-        return None
-    return status
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

@@ -294,8 +294,8 @@ class LineStream:
 
     A final line without a newline is yielded at the end, unless the model was stopped
     there by ``max_tokens`` (``finish_reason`` "length": the line was cut). ``usage``,
-    ``finish_reason``
-    and ``text`` are complete once the iteration has ended. A stream closed before its end
+    ``finish_reason`` and ``text`` are complete once the iteration has ended. A stream
+    closed before its end
     (a plan rejected mid-stream, a timeout) still counts: its usage is estimated from the
     text received.
     """

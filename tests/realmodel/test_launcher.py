@@ -67,6 +67,25 @@ def test_it_serves_the_shipped_model_and_stops_on_sigterm(tmp_path: Path) -> Non
 
 
 @requires_local
+def test_a_server_that_dies_ends_the_command_with_its_last_lines(tmp_path: Path) -> None:
+    with subprocess.Popen([PLANCAST, "local-model", "--threads", "1"], cwd=tmp_path,
+                          env=clean_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.readline()
+            said = proc.stderr.readline().decode()
+            os.kill(int(said.split("(pid ")[1].split(")")[0]), signal.SIGKILL)
+            _, err_bytes = proc.communicate(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err = err_bytes.decode()
+    assert proc.returncode == 1
+    assert err.startswith("error: the local model server exited with status -9"), err
+
+
+@requires_local
 def test_a_file_that_is_not_a_model_fails_with_the_servers_last_lines(tmp_path: Path) -> None:
     bad = tmp_path / "not-a-model.gguf"
     bad.write_text("this is not a GGUF file\n")
