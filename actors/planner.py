@@ -52,6 +52,7 @@ from runtime.actor import Source, Subscription, WorkQueue, on
 from runtime.bus import Fenced
 from runtime.delivery import Delivery
 from runtime.kv import current_values
+from runtime.plan_constraint import TEXT_CHARS
 from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
 
@@ -79,9 +80,13 @@ class Planner(RoleActor):
     """Answers ``<prefix>.run.submit``; pulls ``<prefix>.result.<run>.>`` for each run it owns."""
 
     role = "planner"
-    role_options = MappingProxyType({"stream_plan": RoleOption(
-        bool, True, "dispatch each step the moment its line arrives; false waits for the "
-                    "whole plan")})
+    role_options = MappingProxyType({
+        "stream_plan": RoleOption(bool, True, "dispatch each step the moment its line "
+                                              "arrives; false waits for the whole plan"),
+        "plan_text_chars": RoleOption(int, TEXT_CHARS, "longest instruction or tool-argument "
+                                      "string a constrained plan may hold (a small model "
+                                      "that loops inside strings needs a few hundred)",
+                                      minimum=1)})
 
     def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
         # Handlers are short (a run is a task of its own), so many may be in hand at once.

@@ -98,7 +98,7 @@ def planner_request(
                   "Write a corrected plan."]
     if as_object:
         lines += ["", f"Write the plan now as one JSON object {{\"steps\": [...]}} holding "
-                  f"the step objects, first step id {first_id}."]
+                  f"the step objects (instead of JSON Lines), first step id {first_id}."]
     else:
         lines += ["", f"Write the plan now, first step id {first_id}, one JSON object per line."]
     return "\n".join(lines)

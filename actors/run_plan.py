@@ -18,7 +18,7 @@ from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned
 from protocols.codec import UNREADABLE
 from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
-from runtime.plan_constraint import plan_shape
+from runtime.plan_constraint import TEXT_CHARS, plan_shape
 from runtime.plan_schema import drop_nulls
 from runtime.scheduler import references
 from runtime.structured import Constraint, plan_constraint
@@ -88,7 +88,7 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     try:
         async with stream as lines:
             async for number, line in _numbered(lines):
-                step = _parse_step(number, line)
+                step = _parse_step(number, line, stream.framing)
                 if step is not None and step.args and stream.framing == "steps":
                     step = _without_strict_nulls(run, step)
                 if step is None or seen.get(step.id) == _shape(step):
@@ -113,9 +113,11 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
 def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
     """What the planner's model may write now, in its server's dialect (built per request:
     the first id, the ids to depend on and the room left change with every attempt)."""
+    options = run.planner.config.options
     shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
                        prior=[s.id for s in run.scheduler.steps],
-                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1)
+                       max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1,
+                       text_chars=options.get("plan_text_chars", TEXT_CHARS))
     return plan_constraint(run.planner.model.settings.structured, shape)
 
 
@@ -183,14 +185,18 @@ async def _numbered(lines: AsyncIterator[str]) -> AsyncIterator[tuple[int, str]]
         yield number, line
 
 
-def _parse_step(number: int, line: str) -> Step | None:
-    """A plan line as a Step; None for blank lines and code fences; else a clear error."""
+def _parse_step(number: int, line: str, framing: str = "lines") -> Step | None:
+    """A plan line (or an element of the steps array) as a Step; None for blank lines and
+    code fences; else a clear error."""
     text = line.strip()
     if not text or text.startswith("```"):
         return None
     try:
         return msgspec.json.decode(text, type=Step)
     except UNREADABLE as exc:
+        where, how = (f"step {number} of the steps array", "Write each step as a JSON object "
+                      "in the steps array") if framing == "steps" else (
+                      f"plan line {number}", "Write one JSON object per line")
         raise PlanValidationError(
-            f"plan line {number} is not a valid step ({exc}): {text[:200]!r}. Write one JSON "
-            "object per line with id, role, and either tool+args or instruction.") from exc
+            f"{where} is not a valid step ({exc}): {text[:200]!r}. {how} with id, role, and "
+            "either tool+args or instruction.") from exc

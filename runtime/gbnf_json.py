@@ -37,25 +37,38 @@ class JsonRules:
             seq("0", _cls("1-9a-fA-F"), hexd, hexd), seq("00", _cls("013-9a-fA-F"), hexd),
             seq("002", _cls("0-35-9a-fA-F")))))
         self.esc = g.rule("esc", seq("\\", alt(Chars.of('"\\/bfnrt'), uesc)))
-        gchar = g.rule("gchar", alt(Chars.of('"\\', negate=True, ranges=[(0, 0x1F)]), self.esc))
+        self._gchar = gchar = g.rule("gchar", alt(Chars.of('"\\', negate=True,
+                                                           ranges=[(0, 0x1F)]), self.esc))
         self.string = g.rule("gstr", seq('"', Rep(gchar), '"'))
-        nonblank = Chars.of('"\\' + _WS, negate=True,
-                            ranges=[(0, 0x20), (0x7F, 0xA0), (0x2000, 0x200A)])
-        self.text = g.rule("text", seq('"', Rep(gchar), nonblank, Rep(gchar), '"'))
-        digits = Rep(_cls("0-9"), 1)
+        self._nonblank = Chars.of('"\\' + _WS, negate=True,
+                                  ranges=[(0, 0x20), (0x7F, 0xA0), (0x2000, 0x200A)])
         self.nat = g.rule("nat", alt("0", seq(_cls("1-9"), Rep(_cls("0-9")))))
         self.int = g.rule("int", seq(opt("-"), self.nat))
-        self.num = g.rule("num", seq(self.int, opt(seq(".", digits)),
-                                     opt(seq(_cls("eE"), opt(_cls("-+")), digits))))
+        # Bounded digits, as llama.cpp's own JSON grammar has them: "1e999" is no float.
+        whole = alt("0", seq(_cls("1-9"), Rep(_cls("0-9"), 0, 15)))
+        self.num = g.rule("num", seq(opt("-"), whole, opt(seq(".", Rep(_cls("0-9"), 1, 16))),
+                                     opt(seq(_cls("eE"), opt(_cls("-+")), Rep(_cls("0-9"), 1, 2)))))
         self.bool = g.rule("bool", alt("true", "false"))
         self._plain = g.rule("plain", Chars.of('"\\$', negate=True, ranges=[(0, 0x1F)]))
         self._follow = g.rule("follow", Chars.of('"\\${', negate=True,
                                                  ranges=[(0, 0x1F), (48, 57)]))
         self._allowed: dict[str, frozenset[int]] = {}
 
-    def ref_string(self, suffix: str, ids: Ref | None, allowed: Iterable[int]) -> Ref:
+    def short_string(self, most: int) -> Ref:
+        """``gstr-<most>``: a JSON string of at most ``most`` characters (or escapes)."""
+        return self.g.rule(f"gstr-{most}", seq('"', Rep(self._gchar, 0, most), '"'))
+
+    def text(self, most: int) -> Ref:
+        """``text-<most>``: a JSON string that starts with a visible character (so it is
+        not blank), of at most ``most`` characters."""
+        return self.g.rule(f"text-{most}", seq('"', self._nonblank,
+                                               Rep(self._gchar, 0, most - 1), '"'))
+
+    def ref_string(self, suffix: str, ids: Ref | None, allowed: Iterable[int],
+                   most: int | None = None) -> Ref:
         """``str-<suffix>``: a JSON string whose ``$N`` references name only ``ids``
-        (the rule listing ``allowed``, the ids themselves)."""
+        (the rule listing ``allowed``, the ids themselves), of at most ``most`` pieces
+        (characters, escapes, references)."""
         g = self.g
         self._allowed[suffix] = frozenset(allowed)
         if ids is None:
@@ -65,7 +78,7 @@ class JsonRules:
             dollar = g.rule(f"dollar-{suffix}", alt(seq("$", ids), "$"))
             unit = alt(self._plain, self.esc, seq(dollar, self._follow), seq("${", ids, "}"))
         unit_rule = g.rule(f"unit-{suffix}", unit)
-        return g.rule(f"str-{suffix}", seq('"', Rep(unit_rule), opt(dollar), '"'))
+        return g.rule(f"str-{suffix}", seq('"', Rep(unit_rule, 0, most), opt(dollar), '"'))
 
     def any_value(self, suffix: str, string: Ref) -> Ref:
         """``val-<suffix>``: any JSON value, its strings built by ``string``."""
@@ -156,8 +169,10 @@ class JsonRules:
         return Ref(rule)
 
     def _literal_ok(self, value: Any, suffix: str) -> bool:
-        """A fixed value may hold ``$N`` only for ids the position may name."""
-        return set(references(value)) <= self._allowed.get(suffix, frozenset())
+        """A fixed value may hold ``$N`` only for ids the position may name (where strings
+        are reference-aware: in a plan step's arguments)."""
+        allowed = self._allowed.get(suffix)
+        return allowed is None or set(references(value)) <= allowed
 
 
 def _cls(spec: str) -> Chars:

@@ -31,6 +31,11 @@ class StepArrayReader:
         """Whether the steps array has closed."""
         return self._closed
 
+    @property
+    def started(self) -> bool:
+        """Whether the steps array has opened."""
+        return self._array_depth is not None
+
     def feed(self, text: str) -> list[str]:
         """The elements that ``text`` completed, in order."""
         complete: list[str] = []

@@ -13,7 +13,7 @@ import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import msgspec
@@ -32,11 +32,9 @@ from protocols import Usage
 
 from .errors import ModelConfigError, ModelError
 from .json_stream import StepArrayReader
-from .structured import Constraint, Structured, refusal
+from .model_errors import model_error
+from .structured import Constraint, Structured
 from .token_estimate import estimate_messages, estimate_text
-
-if TYPE_CHECKING:
-    from .errors import StructuredOutputUnsupported
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -255,7 +253,8 @@ class ModelClient:
         ``async with client.stream_lines(messages) as lines: async for line in lines``;
         after the last line ``lines.usage`` holds the call's usage. With a constraint
         framed as ``steps`` (a JSON-Schema dialect), each "line" is one element of the
-        answer's ``steps`` array, yielded as soon as it closes.
+        answer's ``steps`` array, yielded as soon as it closes (an answer without any
+        array, from a server that ignored the schema, is read as lines at its end).
         """
         return LineStream(self, messages, constraint)
 
@@ -362,6 +361,12 @@ class LineStream:
 
     async def _finish(self) -> None:
         self._done = True
+        if self._steps is not None and not self._steps.started:
+            # The server ignored the schema (some take response_format and do nothing):
+            # read what the model wrote as lines, so the scheduler can say what is wrong.
+            self._steps = None
+            complete, self._partial = split_lines("", self.text)
+            self._ready.extend(complete)
         if self._steps is not None:
             self._ready.extend(self._steps.finish())
         if self._partial and self.finish_reason != "length":
@@ -388,48 +393,6 @@ class LineStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def model_error(exc: openai.OpenAIError, settings: ModelSettings,
-                constraint: Constraint | None = None,
-                ) -> ModelError | StructuredOutputUnsupported:
-    """Turn an openai exception into a ModelError that says what to check (or, when the
-    server refused the request's constraint, the configuration error that names it)."""
-    where = f"model {settings.model!r} at {settings.effective_base_url()}"
-    if isinstance(exc, openai.APITimeoutError):
-        return ModelError(
-            f"{where} did not answer within {settings.timeout}s; "
-            "raise the timeout or check the server's load"
-        )
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return ModelError(
-            f"cannot reach the model server for {where} ({cause!r}); check base_url "
-            "(or OPENAI_BASE_URL) and that the server is running"
-        )
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        body = exc.body
-        refused = refusal(status, f"{exc.message} {body}", settings, constraint)
-        if refused is not None:
-            return refused
-        detail = body.get("message") if isinstance(body, dict) else None
-        hints = {
-            401: f"check the API key in ${settings.api_key_env}",
-            403: f"the key in ${settings.api_key_env} may not have access to this model",
-            404: "check the model name and base_url",
-            429: "rate limited or out of quota; retry later",
-        }
-        hint = hints.get(status) or (
-            "the model server failed; retry or check its logs"
-            if status >= 500
-            else "check the model name and the request"
-        )
-        return ModelError(
-            f"{where} answered HTTP {status}: {detail or exc.message} ({hint})",
-            status_code=status,
-        )
-    return ModelError(f"{where}: {exc}")
 
 
 def split_lines(partial: str, content: str) -> tuple[list[str], str]:

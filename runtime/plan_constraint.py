@@ -28,10 +28,13 @@ if TYPE_CHECKING:
     from .team import TeamConfig
     from .tools import ToolRegistry
 
-__all__ = ["MAX_CONSTRAINED_STEPS", "PlanShape", "RoleTools", "plan_grammar", "plan_shape"]
+__all__ = ["MAX_CONSTRAINED_STEPS", "TEXT_CHARS", "PlanShape", "RoleTools", "plan_grammar",
+           "plan_shape"]
 
 MAX_CONSTRAINED_STEPS = 64
 """Most new steps one constrained plan attempt may write (the grammar has rules per line)."""
+TEXT_CHARS = 2000
+"""Default longest instruction or tool-argument string of a constrained plan."""
 _MAX_ID = 100_000
 """The largest step id (``protocols.plan.StepId``)."""
 assert _MAX_ID == StepId.__metadata__[0].le  # type: ignore[attr-defined]
@@ -64,10 +67,19 @@ class PlanShape:
     """Most new steps."""
     min_steps: int = 1
     """Fewest new steps (0 when steps of this round were accepted already)."""
+    text_chars: int = TEXT_CHARS
+    """Longest instruction, and longest string in a tool's arguments (a small model loops
+    inside a string until its max_tokens; a bound makes it go on)."""
+    title_chars: int = 80
+    """Longest ``title`` (a short label)."""
+    criteria_chars: int = 500
+    """Longest ``success_criteria``."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.first_id <= _MAX_ID:
             raise ValueError(f"first_id must be 1..{_MAX_ID}, not {self.first_id}")
+        if min(self.text_chars, self.title_chars, self.criteria_chars) < 1:
+            raise ValueError("string bounds must be at least 1 character")
         if not 0 <= self.min_steps <= self.max_steps:
             raise ValueError(f"need 0 <= min_steps <= max_steps, not {self.min_steps}, "
                              f"{self.max_steps}")
@@ -87,7 +99,8 @@ class PlanShape:
 
 
 def plan_shape(team: TeamConfig, tools: ToolRegistry, *, first_id: int,
-               prior: Collection[int], max_steps: int, min_steps: int = 1) -> PlanShape | None:
+               prior: Collection[int], max_steps: int, min_steps: int = 1,
+               text_chars: int = TEXT_CHARS) -> PlanShape | None:
     """The shape of a plan for ``team``; None when no executor role can take a step."""
     roles = []
     for role in team.executors():
@@ -99,7 +112,9 @@ def plan_shape(team: TeamConfig, tools: ToolRegistry, *, first_id: int,
     schemas = {t: tools.get(t).parameters if t in tools else None
                for r in roles for t in r.tools}
     return PlanShape(first_id=first_id, prior=tuple(sorted(set(prior))), roles=tuple(roles),
-                     schemas=schemas, max_steps=max_steps, min_steps=min(min_steps, 1))
+                     schemas=schemas, max_steps=max_steps, min_steps=min(min_steps, 1),
+                     text_chars=text_chars, title_chars=min(80, text_chars),
+                     criteria_chars=min(500, text_chars))
 
 
 def plan_grammar(shape: PlanShape) -> str:
@@ -125,15 +140,46 @@ def _line(g: Grammar, json: JsonRules, shape: PlanShape, k: int, step_id: int,
           ids: Ref | None) -> Expr:
     sp = json.sp
     allowed = [*shape.prior, *range(shape.first_id, step_id)]
-    string = json.ref_string(str(k), ids, allowed)
-    meta: list[Expr] = [opt(seq('"title":', sp, json.string, ",", sp))]
+    string = json.ref_string(str(k), ids, allowed, shape.text_chars)
+    meta: list[Expr] = [opt(seq('"title":', sp, json.short_string(shape.title_chars), ",", sp))]
     if ids is not None:
-        deps = seq("[", opt(seq(ids, Rep(seq(",", sp, ids)))), "]")
+        deps = seq("[", opt(_ascending(g, json, shape, k)), "]")
         meta.append(opt(seq('"depends_on":', sp, deps, ",", sp)))
     head = g.rule(f"meta-{k}", seq(*meta))
     choices = [seq(f'"{role.name}"', ",", sp, head, _body(g, json, shape, k, r, role, string))
                for r, role in enumerate(shape.roles)]
     return seq('{"id":', sp, str(step_id), ",", sp, '"role":', sp, alt(*choices), "}")
+
+
+def _ascending(g: Grammar, json: JsonRules, shape: PlanShape, k: int) -> Expr:
+    """Line ``k``'s ``depends_on`` items: distinct, ascending, each an id it may name (so a
+    list always ends: a small model cannot repeat ids forever). Earlier rounds' ids share
+    their rules; this round's ids (below line ``k``'s own) get rules per line."""
+    new = list(range(shape.first_id, shape.first_id + k))
+    prior = _chain(g, json, "p", list(shape.prior)) if shape.prior else None
+    fresh = _chain(g, json, f"n{k}", new) if new else None
+    if prior is not None and fresh is not None:
+        return alt(seq(prior, opt(seq(",", json.sp, fresh))), fresh)
+    result = prior or fresh
+    assert result is not None, "a line with nothing to depend on has no depends_on"
+    return result
+
+
+def _chain(g: Grammar, json: JsonRules, tag: str, ids: list[int]) -> Ref:
+    """``<tag>-start``: a non-empty ascending selection of ``ids`` (sorted), comma-separated.
+
+    ``<tag>-take-i`` writes ids[i] and may go on; ``<tag>-from-i`` starts at ids[i] or later."""
+    name = f"{tag}-start"
+    if name in g.rules:
+        return Ref(name)
+    last = len(ids) - 1
+    for i in reversed(range(len(ids))):
+        later = Ref(f"{tag}-from-{i + 1}")
+        g.rule(f"{tag}-take-{i}", seq(str(ids[i]), opt(seq(",", json.sp, later)))
+               if i < last else Lit(str(ids[i])))
+        take = Ref(f"{tag}-take-{i}")
+        g.rule(f"{tag}-from-{i}", alt(take, later) if i < last else take)
+    return g.rule(name, Ref(f"{tag}-from-0"))
 
 
 def _body(g: Grammar, json: JsonRules, shape: PlanShape, k: int, r: int, role: RoleTools,
@@ -151,8 +197,9 @@ def _body(g: Grammar, json: JsonRules, shape: PlanShape, k: int, r: int, role: R
             listed = seq("[", opt(seq(one, Rep(seq(",", sp, one)))), "]")
             extras.append(opt(seq(",", sp, '"tools":', sp, listed)))
         extras.append(opt(seq(",", sp, '"review":', sp, json.bool)))
-        extras.append(opt(seq(",", sp, '"success_criteria":', sp, json.string)))
-        kinds.append(seq('"instruction":', sp, json.text, *extras))
+        criteria = json.short_string(shape.criteria_chars)
+        extras.append(opt(seq(",", sp, '"success_criteria":', sp, criteria)))
+        kinds.append(seq('"instruction":', sp, json.text(shape.text_chars), *extras))
     return alt(*kinds)
 
 

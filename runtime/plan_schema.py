@@ -20,45 +20,80 @@ from .plan_constraint import PlanShape, RoleTools
 __all__ = ["PLAN_SCHEMA_NAME", "drop_nulls", "plan_schema"]
 
 PLAN_SCHEMA_NAME = "plan"
+_LOOSE = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+          "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems")
+"""Keywords left out in strict mode (the tool checks its arguments itself before it runs)."""
 
 
-def plan_schema(shape: PlanShape) -> tuple[dict[str, Any], bool]:
-    """The schema of every plan of ``shape``, and whether it is valid in strict mode."""
+def plan_schema(shape: PlanShape, *, strict: bool = True) -> tuple[dict[str, Any], bool]:
+    """The schema of every plan of ``shape``, and whether it is strict (asked for, and every
+    tool's arguments could be written so).
+
+    The ids and dependencies are defined once, under the root's ``$defs`` (strict mode
+    counts enum values across the schema), with the tools' own definitions beside them. A
+    schema that is not strict bounds its arrays (a small model repeats items until its
+    max_tokens otherwise)."""
     ids = list(shape.ids())
     refs = sorted({*shape.prior, *ids[:-1]})
+    defs: dict[str, Any] = {
+        "step_id": {"type": "integer", "enum": ids},
+        "dependency": {"type": "integer", "enum": refs} if refs else {"type": "integer"},
+        "dependencies": {"type": "array", "items": {"$ref": "#/$defs/dependency"}}}
     variants: list[dict[str, Any]] = []
-    strict = True
+    strict = strict and all(strict_object(shape.schemas.get(t))[1]
+                            for role in shape.roles for t in role.tools)
     for role in shape.roles:
         for tool in role.tools:
-            args, ok = strict_object(shape.schemas.get(tool))
-            strict = strict and ok
-            variants.append(_step(ids, refs, role, {"tool": {"type": "string", "enum": [tool]},
-                                                    "args": args}))
+            args = strict_object(shape.schemas.get(tool))[0] if strict \
+                else copy.deepcopy(shape.schemas.get(tool) or {"type": "object"})
+            variants.append(_step(role, {"tool": {"type": "string", "enum": [tool]},
+                                         "args": _hoist(args, f"{tool}.", defs)}))
         if role.agent:
             tools: dict[str, Any] = {"type": "null"}
             if role.tools:
                 listed = {"type": "array", "items": {"type": "string", "enum": list(role.tools)}}
                 tools = {"anyOf": [listed, {"type": "null"}]}
-            variants.append(_step(ids, refs, role, {
+            variants.append(_step(role, {
                 "instruction": {"type": "string"}, "tools": tools,
                 "review": {"type": "boolean"}}))
     steps: dict[str, Any] = {"type": "array", "items": {"anyOf": variants}}
     if not strict:  # OpenAI's strict mode takes no array bounds
         steps |= {"minItems": shape.min_steps, "maxItems": shape.count}
+        defs["dependencies"] |= {"maxItems": len(refs), "uniqueItems": True}
     schema = {"type": "object", "properties": {"steps": steps}, "required": ["steps"],
-              "additionalProperties": False}
+              "additionalProperties": False, "$defs": defs}
     return schema, strict
 
 
-def _step(ids: list[int], refs: list[int], role: RoleTools,
-          body: dict[str, Any]) -> dict[str, Any]:
-    item: dict[str, Any] = {"type": "integer", "enum": refs} if refs else {"type": "integer"}
-    deps = {"type": "array", "items": item}
-    properties = {"id": {"type": "integer", "enum": ids},
+def _step(role: RoleTools, body: dict[str, Any]) -> dict[str, Any]:
+    properties = {"id": {"$ref": "#/$defs/step_id"},
                   "role": {"type": "string", "enum": [role.name]},
-                  "title": {"type": "string"}, "depends_on": deps, **body}
+                  "title": {"type": "string"},
+                  "depends_on": {"$ref": "#/$defs/dependencies"},
+                  **body}
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}
+
+
+def _hoist(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """The tool's schema with its ``$defs`` moved to the root's (``#/$defs/...`` refers to
+    the root), renamed ``<tool>.<name>``."""
+    own = schema.pop("$defs", {})
+
+    def rename(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rename(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            node = {**node, "$ref": "#/$defs/" + prefix + ref.removeprefix("#/$defs/")}
+        return {k: rename(v) if k != "enum" and k != "const" else v for k, v in node.items()}
+
+    for name, sub in own.items():
+        defs[prefix + name] = rename(sub)
+    result: dict[str, Any] = rename(schema)
+    return result
 
 
 def strict_object(schema: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
@@ -78,7 +113,8 @@ def _tighten(node: Any) -> bool:
     """Make every object of ``node`` strict in place; False where one cannot be."""
     if not isinstance(node, dict):
         return True
-    node.pop("default", None)
+    for key in _LOOSE:
+        node.pop(key, None)
     ok = True
     if node.get("type") == "object":
         props = node.get("properties")
@@ -87,7 +123,7 @@ def _tighten(node: Any) -> bool:
         required = set(node.get("required", ()))
         for key, sub in props.items():
             ok = _tighten(sub) and ok
-            if key not in required:
+            if key not in required and not _takes_null(sub):
                 props[key] = {"anyOf": [sub, {"type": "null"}]}
         node["required"] = list(props)
         node["additionalProperties"] = False
@@ -111,8 +147,12 @@ def drop_nulls(args: dict[str, Any], schema: dict[str, Any] | None) -> dict[str,
 
 
 def _takes_null(schema: Any) -> bool:
-    if not isinstance(schema, dict) or ("type" not in schema and "anyOf" not in schema):
+    if not isinstance(schema, dict):
         return True
+    if "enum" in schema or "const" in schema:
+        return None in schema.get("enum", [schema.get("const", 0)])
+    if not {"type", "anyOf", "$ref"} & schema.keys():
+        return True  # any value
     kind = schema.get("type")
     if kind == "null" or (isinstance(kind, list) and "null" in kind):
         return True

@@ -34,6 +34,8 @@ class RoleOption:
     """Its value when the team file does not set it."""
     doc: str
     """What it does, one line."""
+    minimum: int | None = None
+    """The smallest value a number may have."""
 
     def describe(self, name: str) -> str:
         default = str(self.default).lower() if isinstance(self.default, bool) else self.default
@@ -62,6 +64,9 @@ def option_problems(role: RoleConfig, factory: Any) -> list[str]:
         elif not _fits(value, option.type):
             found.append(f"{where}: option {name!r} must be a {option.type.__name__}, not "
                          f"{value!r}; {option.describe(name)}")
+        elif option.minimum is not None and value < option.minimum:
+            found.append(f"{where}: option {name!r} must be at least {option.minimum}, not "
+                         f"{value!r}")
     return found
 
 

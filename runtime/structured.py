@@ -66,7 +66,7 @@ def plan_constraint(dialect: str, shape: PlanShape | None) -> Constraint | None:
         return Constraint(dialect, {"grammar": plan_grammar(shape)})
     if dialect == "vllm":
         return Constraint(dialect, {"structured_outputs": {"grammar": plan_grammar(shape)}})
-    schema, strict = plan_schema(shape)
+    schema, strict = plan_schema(shape, strict=dialect == "json_schema")
     return Constraint(dialect, _schema_body(dialect, PLAN_SCHEMA_NAME, schema, strict),
                       framing="steps")
 

@@ -52,9 +52,9 @@ class Rules:
         finally:
             sys.setrecursionlimit(limit)
 
-    def strategy(self, start: str = "root", max_depth: int = 12) -> st.SearchStrategy[str]:
-        """Strings of the language (bounded repetition and recursion)."""
-        return st.data().map(lambda data: _draw(self.rules, Ref(start), data, 0, max_depth))
+    def draw(self, data: st.DataObject, start: str = "root", max_depth: int = 12) -> str:
+        """A string of the language (bounded repetition and recursion), drawn with ``data``."""
+        return _draw(self.rules, Ref(start), data, 0, max_depth)
 
 
 def parse_gbnf(text: str) -> Rules:
@@ -109,7 +109,13 @@ class _Parser:
         mark = self.peek()
         if mark in ("?", "*", "+"):
             self.pos += 1
-            return Rep(atom, once=True) if mark == "?" else Rep(atom, min=int(mark == "+"))
+            return Rep(atom, max=1) if mark == "?" else Rep(atom, min=int(mark == "+"))
+        if mark == "{":
+            end = self.text.index("}", self.pos)
+            low, comma, high = self.text[self.pos + 1:end].partition(",")
+            self.pos = end + 1
+            top = (int(high) if high else None) if comma else int(low)
+            return Rep(atom, min=int(low), max=top)
         return atom
 
     def atom(self) -> Expr:
@@ -206,14 +212,16 @@ class _Matcher:
                 return current
             case Alt(items):
                 return frozenset().union(*(self.ends(i, pos) for i in items))
-            case Rep(item, minimum, once):
-                found = set() if minimum else {pos}
-                frontier = {pos}
-                while frontier:
-                    step = set().union(*(self.ends(item, p) for p in frontier))
-                    new = step - found
-                    found |= step
-                    frontier = set() if once else {p for p in new if p not in frontier}
+            case Rep(item, low, high):
+                found = {pos} if low == 0 else set()
+                frontier, count = {pos}, 0
+                while frontier and (high is None or count < high):
+                    frontier = set().union(*(self.ends(item, p) for p in frontier))
+                    count += 1
+                    if count >= low:
+                        if high is None:
+                            frontier -= found  # seen at some count past low: nothing new
+                        found |= frontier
                 return frozenset(found)
         raise TypeError(expr)
 
@@ -239,8 +247,8 @@ def _draw(rules: dict[str, Expr], expr: Expr, data: st.DataObject, depth: int,
         case Alt(items):
             index = 0 if deep else data.draw(st.integers(0, len(items) - 1))
             return _draw(rules, items[index], data, depth, max_depth)
-        case Rep(item, minimum, once):
-            most = 1 if once else (minimum if deep else 3)
-            count = data.draw(st.integers(minimum, max(most, minimum)))
+        case Rep(item, low, high):
+            most = low if deep else low + 3
+            count = data.draw(st.integers(low, most if high is None else min(high, most)))
             return "".join(_draw(rules, item, data, depth + 1, max_depth) for _ in range(count))
     raise TypeError(expr)

@@ -55,6 +55,12 @@ def test_an_option_of_the_wrong_type_is_refused() -> None:
     assert "option 'stream_plan' must be a bool, not 'no'" in problem
 
 
+def test_a_number_below_its_minimum_is_refused() -> None:
+    (problem,) = preflight.problems(team(planner={"plan_text_chars": 0}), builtin_tools())
+    assert "option 'plan_text_chars' must be at least 1, not 0" in problem
+    assert preflight.problems(team(planner={"plan_text_chars": 200}), builtin_tools()) == []
+
+
 def test_a_kind_that_declares_nothing_takes_any_option() -> None:
     def factory(ctx: object) -> None:  # a third-party role factory without declarations
         raise AssertionError("not called")

@@ -263,6 +263,8 @@ text = "done"
         ("[[rules]]\ntext = 'a'\nlatency = { tff = 1 }\n", "tff"),
         ("[[rules]]\ntext = 'a'\ntimes = 0\n", "times"),
         ("rules = [", "not valid TOML"),
+        ("[[rejects]]\nconstraint = 'regex'\n", "rejection constraint must be one of"),
+        ("[[rejects]]\nconstraint = 'grammar'\nstatus = 200\n", "HTTP error status"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(tmp_path: Path, text: str, complaint: str) -> None:
@@ -287,3 +289,31 @@ async def test_runs_stand_alone_and_says_it_is_scripted(tmp_path: Path) -> None:
                 assert await ask(client, USER) == "from the command line"
         finally:
             process.terminate()
+
+
+async def test_rejects_answer_like_the_real_servers_and_every_constraint_is_recorded(
+        tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text("[[rules]]\ntext = 'ok'\n\n[[rejects]]\nconstraint = 'json_schema'\n"
+                    "status = 500\n\n[[rejects]]\nconstraint = 'grammar'\n")
+    schema_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}
+    async with serve(load_scenario(path)) as (server, client):
+        with pytest.raises(openai.InternalServerError, match="Input should be 'text' or"):
+            await client.chat.completions.create(model="m", messages=[USER],
+                                                 response_format=schema_format)  # type: ignore
+        with pytest.raises(openai.BadRequestError, match="Unrecognized request argument"):
+            await client.chat.completions.create(model="m", messages=[USER],
+                                                 extra_body={"grammar": "root ::= \"a\""})
+        schema = {"type": "object"}
+        answer = await client.chat.completions.create(
+            model="m", messages=[USER],
+            response_format={"type": "json_object", "schema": schema})  # type: ignore
+        assert answer.choices[0].message.content == "ok"
+        await client.chat.completions.create(
+            model="m", messages=[USER], extra_body={"structured_outputs": {"json": schema}})
+        assert await ask(client, USER) == "ok"
+    kinds = [(r.constraint_kind, r.status) for r in server.requests]
+    assert kinds == [("json_schema", 500), ("grammar", 400), ("json_object", 200),
+                     ("structured_outputs", 200), (None, 200)]
+    assert server.requests[1].constraint == 'root ::= "a"'
+    assert server.requests[2].constraint == schema == server.requests[3].constraint
