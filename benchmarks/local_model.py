@@ -140,9 +140,9 @@ def figures(mode: str, goal_index: int, events: list[RunEvent], seconds: float) 
 async def run_goals(nats_url: str, base_url: str, modes: list[str], goals: int, runs: int,
                     log: Any) -> list[RunFigures]:
     results: list[RunFigures] = []
-    tools = builtin_tools(plugins=False)
     for mode in modes:
         team = local_team(base_url, mode)
+        tools = builtin_tools(files_root=team.files_root, sandbox=team.sandbox, plugins=False)
         settings = Settings(nats_url=nats_url, prefix=f"lm{secrets.token_hex(4)}")
         async with open_deployment(settings, team, tools) as bus:
             for goal_index in range(goals):

@@ -62,7 +62,8 @@ async def run_goal(nats_url: str, prefix: str, team: TeamConfig, goal: str,
                    **request: Any) -> list[RunEvent]:
     """Every event of one run of ``goal`` by ``team``, served in this process."""
     settings = Settings(nats_url=nats_url, prefix=prefix)
-    async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus:
+    tools = builtin_tools(files_root=team.files_root, sandbox=team.sandbox, plugins=False)
+    async with open_deployment(settings, team, tools) as bus:
         accepted = await submit(bus, RunRequest(goal=goal, **request))
         with anyio.fail_after(RUN_TIMEOUT):
             events = [event async for event in follow(bus, accepted.run_id)]
