@@ -58,6 +58,12 @@ def local_team(base_url: str, **changes: Any) -> TeamConfig:
     return team_from_dict({**data, **changes}, source=str(TEAM_FILE))
 
 
+def file_role(name: str) -> dict[str, Any]:
+    """A role of the example team file, as its table."""
+    role: dict[str, Any] = tomllib.loads(TEAM_FILE.read_text())["roles"][name]
+    return role
+
+
 async def run_goal(nats_url: str, prefix: str, team: TeamConfig, goal: str,
                    **request: Any) -> list[RunEvent]:
     """Every event of one run of ``goal`` by ``team``, served in this process."""

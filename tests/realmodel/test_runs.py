@@ -33,7 +33,7 @@ from protocols import (
 from runtime.llama_server import LlamaServer
 from runtime.team import TeamConfig
 
-from .conftest import local_team, run_goal
+from .conftest import file_role, local_team, run_goal
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.anyio, pytest.mark.timeout(600)]
 
@@ -92,8 +92,9 @@ def check_usage(events: list[RunEvent]) -> None:
 async def test_a_goal_finishes_end_to_end_with_a_valid_first_plan(
     local_model: LlamaServer, nats_url: str, prefix: str
 ) -> None:
-    """Steps nothing can fail (the writer's model, its echo tool): the run finishes."""
-    team = local_team(local_model.base_url)
+    """Only steps nothing can fail (the example's writer: its model, its echo tool), so the
+    run must finish, whatever the model writes."""
+    team = local_team(local_model.base_url, roles={"writer": file_role("writer")})
     events = await run_goal(nats_url, prefix, team, "Write one short sentence about the sea.",
                             max_replans=1, max_steps=MAX_STEPS)
     assert of(events, PlanRejected) == [], "the constrained plan must be valid at once"
