@@ -21,7 +21,11 @@ Writes ``local_model.json`` and ``local_model.md`` in ``--out`` (``benchmarks/re
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import json
+import math
+import operator
 import os
 import platform
 import secrets
@@ -29,6 +33,8 @@ import sys
 import time
 import tomllib
 import urllib.request
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ from protocols import (
     RunFailed,
     RunFinished,
     RunRequest,
+    StepFailed,
     StepFinished,
     StepPlanned,
     Usage,
@@ -81,6 +88,30 @@ GOALS = [
 ]
 
 
+_OPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod,
+    ast.FloorDiv: operator.floordiv}
+
+
+def arithmetic(expression: str) -> float | None:
+    """The value of a plain arithmetic expression (numbers, + - * / ** % //, parentheses),
+    computed here, independently of the math tool; None for anything else."""
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return float(_OPS[type(node.op)](value(node.left), value(node.right)))
+        raise ValueError(ast.dump(node))
+
+    try:
+        return value(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, TypeError):
+        return None
+
+
 @dataclass
 class RunFigures:
     mode: str
@@ -93,6 +124,12 @@ class RunFigures:
     replans: int
     replans_valid: int
     expected_found: bool | None
+    math_steps: int
+    """Math steps that ran to a result or a refusal (those with ``$N`` aside, and results
+    of expressions beyond :func:`arithmetic`, e.g. ``sqrt``)."""
+    math_agree: int
+    """Of those, the ones an independent evaluation agrees with: the same number, or a
+    refusal of what is no plain arithmetic."""
     usage: dict[str, Any]
     reason: str = ""
     rejections: list[str] = field(default_factory=list)
@@ -124,17 +161,42 @@ def figures(mode: str, goal_index: int, events: list[RunEvent], seconds: float) 
     outputs = [e.output.strip() for e in events if isinstance(e, StepFinished)]
     expected = any(goal.expect == o or o.startswith(goal.expect + ".") for o in outputs) \
         if goal.expect else None
+    math_steps, math_agree = _math_checks(events)
     return RunFigures(
         mode=mode, goal=goal_index, finished=isinstance(last, RunFinished), seconds=seconds,
         planner_calls=len(starts), valid_plans=len(finished),
         first_attempt_valid=first_finished < first_rejected,
         replans=sum(isinstance(e, ReplanStarted) for e in events),
         replans_valid=sum(e.round > 0 for e in finished), expected_found=expected,
+        math_steps=math_steps, math_agree=math_agree,
         usage=msgspec.to_builtins(usage),
         reason=last.reason if isinstance(last, RunFailed) else "",
         rejections=[e.error for e in events if isinstance(e, PlanRejected)],
         plan_lines=[msgspec.json.encode(e.step).decode() for e in events
                     if isinstance(e, StepPlanned)])
+
+
+def _math_checks(events: list[RunEvent]) -> tuple[int, int]:
+    """Math steps with a plain arithmetic expression, and how many of their results (or
+    refusals) agree with :func:`arithmetic`."""
+    outputs = {e.step_id: e.output for e in events if isinstance(e, StepFinished)}
+    refused = {e.step_id for e in events if isinstance(e, StepFailed)}
+    checked = agree = 0
+    for e in events:
+        if not isinstance(e, StepPlanned) or e.step.tool != "math":
+            continue
+        text = str(e.step.args.get("expression", ""))
+        if "$" in text:  # depends on another step's output
+            continue
+        expected = arithmetic(text)
+        if e.step.id in outputs and expected is not None:
+            checked += 1
+            with contextlib.suppress(ValueError):
+                agree += math.isclose(float(outputs[e.step.id]), expected, rel_tol=1e-9)
+        elif e.step.id in refused:  # right to refuse only what is no arithmetic here
+            checked += 1
+            agree += expected is None
+    return checked, agree
 
 
 async def run_goals(nats_url: str, base_url: str, modes: list[str], goals: int, runs: int,
@@ -210,8 +272,12 @@ def summary(results: list[RunFigures], check: dict[str, Any]) -> list[dict[str, 
             "finished": sum(r.finished for r in mine),
             "replans": sum(r.replans for r in mine),
             "replans_valid": sum(r.replans_valid for r in mine),
-            "math_checked": len(checked),
-            "math_correct": sum(bool(r.expected_found) for r in checked),
+            "goal_number_checked": len(checked),
+            "goal_number_found": sum(bool(r.expected_found) for r in checked),
+            "math_steps": sum(r.math_steps for r in mine),
+            "math_agree": sum(r.math_agree for r in mine),
+            "failed_at": dict(Counter(r.reason.split(";")[0][:60] for r in mine
+                                      if not r.finished)),
             "calls": sum(u["calls"] for u in usage),
             "prompt_tokens": sum(u["prompt_tokens"] for u in usage),
             "completion_tokens": sum(u["completion_tokens"] for u in usage),
@@ -228,17 +294,23 @@ def markdown(rows: list[dict[str, Any]], check: dict[str, Any], meta: dict[str, 
            f"{meta['goals']} goals x {meta['runs']} runs per mode, {meta['date']}, "
            f"{meta['cores']} cores; `python -m benchmarks.local_model "
            f"--goals {meta['goals']} --runs {meta['runs']}`.", "",
-           "| structured | runs | first plan valid at once | valid planner outputs | runs "
-           "finished | replans valid | math results right | model calls | tokens in / out "
-           "| runs with estimated usage | median run |",
+           "| structured | first plan valid at once | valid planner outputs | runs finished "
+           "| replans with a valid plan | math results right for the expression written "
+           "| goal's number found | model calls | tokens in / out | runs with estimated usage "
+           "| median run |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         out.append(
-            f"| {r['mode']} | {r['runs']} | {r['first_attempt_valid']}/{r['runs']} | "
+            f"| {r['mode']} | {r['first_attempt_valid']}/{r['runs']} | "
             f"{r['valid_plans']}/{r['planner_outputs']} | {r['finished']}/{r['runs']} | "
-            f"{r['replans_valid']}/{r['replans']} | {r['math_correct']}/{r['math_checked']} | "
+            f"{r['replans_valid']}/{r['replans']} | {r['math_agree']}/{r['math_steps']} | "
+            f"{r['goal_number_found']}/{r['goal_number_checked']} | "
             f"{r['calls']} | {r['prompt_tokens']} / {r['completion_tokens']} | "
             f"{r['runs_with_estimates']}/{r['runs']} | {r['median_seconds']:.1f}s |")
+    for r in rows:
+        if r["failed_at"]:
+            reasons = "; ".join(f"{n} x {why}" for why, n in r["failed_at"].items())
+            out.append(f"\n{r['mode']}: runs that failed: {reasons}")
     c = check
     out += ["", "Token estimate (used where the server reports no usage: llama.cpp's streams) "
             "against the server's own count of the same text:", "",

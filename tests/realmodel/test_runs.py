@@ -9,15 +9,13 @@ is valid and continues the ids, and every model call counts tokens.
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.local_model import arithmetic
 from protocols import (
     PlanFinished,
     PlanRejected,
@@ -40,30 +38,6 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.anyio, pytest.mark.timeout(600)
 MAX_STEPS = 4
 """Steps one plan may have (the grammar ends the plan there): a 135M model does not stop
 writing steps by itself (it wrote 18 for a one-step goal until its max_tokens)."""
-
-_OPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod,
-    ast.FloorDiv: operator.floordiv}
-
-
-def arithmetic(expression: str) -> float | None:
-    """The value of a plain arithmetic expression (numbers, + - * / ** % //, parentheses),
-    computed here, independently of the math tool; None for anything else."""
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            return float(node.value)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return float(_OPS[type(node.op)](value(node.left), value(node.right)))
-        raise ValueError(ast.dump(node))
-
-    try:
-        return value(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, TypeError):
-        return None
-
 
 def of(events: list[RunEvent], kind: type[Any]) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
