@@ -37,7 +37,6 @@ from .structured import Constraint, Structured
 from .token_estimate import estimate_messages, estimate_text
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS",
     "ChatMessage",
     "Completion",
     "LineStream",
@@ -56,16 +55,6 @@ LOCAL_PLACEHOLDER_KEY = "plancast-local-no-key"
 """Sent to local servers (vLLM, Ollama, the scripted model) that need no key."""
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 _T = TypeVar("_T")
-
-DEFAULT_MAX_TOKENS = {"planner": 2048, "executor": 2048, "critic": 512, "synthesizer": 1024}
-"""Completion tokens a role's model call may take when its model preset sets no
-``max_tokens``: a model that rambles (a small one does) stops instead of writing thousands
-of tokens. Kinds not listed (plugins) get the executor's."""
-
-
-def default_max_tokens(kind: str) -> int:
-    """The ``max_tokens`` of a role of this kind whose model preset sets none."""
-    return DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["executor"])
 
 
 class ModelSettings(BaseModel):
@@ -88,7 +77,7 @@ class ModelSettings(BaseModel):
     temperature: float | None = None
     """Sampling temperature; None leaves the server's default."""
     max_tokens: int | None = Field(default=None, ge=1)
-    """Cap on completion tokens; None takes the role kind's default (``DEFAULT_MAX_TOKENS``)."""
+    """Cap on completion tokens; None takes the role kind's default (see runtime.team)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Extra JSON fields for servers with their own options (e.g. vLLM's ``top_k``)."""
     timeout: float = 120.0

@@ -13,10 +13,10 @@ from anyio.abc import TaskStatus
 from .actor import Actor
 from .bus import Bus
 from .errors import PlancastError
-from .llm import ModelClient, default_max_tokens
+from .llm import ModelClient
 from .registry import discover_roles
 from .role_options import RoleOption, option_problems
-from .team import RoleConfig, TeamConfig, TeamConfigError
+from .team import RoleConfig, TeamConfig, TeamConfigError, default_max_tokens
 from .tools import ToolRegistry
 
 
