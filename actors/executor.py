@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
-from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Usage, Verb
+from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
 from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
-from runtime.agent import run_agent
+from runtime.agent import Spent, run_agent
 from runtime.bus import StorageFull
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
@@ -71,11 +71,11 @@ class Executor(RoleActor):
         )
         token = current_step.set(ctx)
         started = time.time()
-        usage = Usage()
+        spent = Spent()  # model calls count even when the step fails after them
         with telemetry.step_span(delivery, task, role=self.name, executor=me) as span:
             try:
                 with anyio.fail_after(task.timeout or math.inf):
-                    output, usage = await self._execute(task, span)
+                    output = await self._execute(task, span, spent)
                 outcome: dict[str, Any] = {"ok": True, "output": output}
                 span.content("gen_ai.tool.call.result" if task.step.tool is not None
                              else "gen_ai.output.messages", output)
@@ -91,7 +91,7 @@ class Executor(RoleActor):
             finally:
                 current_step.reset(token)
         result = StepResult(
-            run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=usage,
+            run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=spent.usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
             **outcome,
         )
@@ -107,7 +107,7 @@ class Executor(RoleActor):
                                              error=f"its output could not be stored: {exc}")
             await self.bus.publish_durable(results, failed, msg_id=msg_id)
 
-    async def _execute(self, task: StepTask, span: telemetry.SpanLike) -> tuple[str, Usage]:
+    async def _execute(self, task: StepTask, span: telemetry.SpanLike, spent: Spent) -> str:
         step = task.step
         if step.tool is not None:
             if step.tool not in self.tools:
@@ -117,7 +117,7 @@ class Executor(RoleActor):
                 )
             if span.capture:
                 span.content("gen_ai.tool.call.arguments", msgspec.json.encode(step.args).decode())
-            return await self.tools.run(step.tool, step.args), Usage()
+            return await self.tools.run(step.tool, step.args)
         allowed = self.tools if step.tools is None else self.tools.subset(
             t for t in step.tools if t in self.tools
         )
@@ -126,6 +126,6 @@ class Executor(RoleActor):
             [{"role": "system", "content": self.config.system_prompt or prompts.EXECUTOR},
              {"role": "user", "content": prompts.step_request(
                  task.goal, step, task.inputs, task.feedback)}],
-            allowed, max_rounds=self.config.max_tool_rounds, span=span,
+            allowed, max_rounds=self.config.max_tool_rounds, span=span, spent=spent,
         )
-        return outcome.text, outcome.usage
+        return outcome.text

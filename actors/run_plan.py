@@ -141,8 +141,8 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
     seen = {s.id: shaped(s) for s in accepted}  # a re-asked model may repeat a step
-    async with stream as lines:
-        try:
+    try:
+        async with stream as lines:
             async for number, line in _numbered(lines):
                 step = _parse_step(number, line, stream.framing)
                 if step is not None and step.args and stream.framing == "steps":
@@ -156,9 +156,10 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
                     accepted.append(step)
                 else:
                     held.append(step)
-        finally:
-            await run.spent("planner", lines.usage or Usage())
-        _check_complete(lines, len(seen))
+    finally:  # once closed, a rejected, cut or timed-out plan's call is counted too
+        with anyio.CancelScope(shield=True):
+            await run.spent("planner", stream.usage or Usage())
+    _check_complete(stream, len(seen))
     for step in held:
         await _accept(run, round_, step)
         accepted.append(step)

@@ -26,6 +26,10 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Output tokens, as reported by the model server."""
     cost_usd: float = 0.0
     """Cost, when prices are configured for the model; 0 otherwise."""
+    estimated: bool = False
+    """Some of these tokens were counted here, by a tokenizer-free estimate, because the
+    server reported none for a call (a stream without usage, a plan cut off mid-stream):
+    close to, but not, the server's own count."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -33,6 +37,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
+            estimated=self.estimated or other.estimated,
         )
 
     @property

@@ -41,6 +41,14 @@ class ToolUse:
 
 
 @dataclass
+class Spent:
+    """Usage of an agent loop so far, kept by the caller: a loop that fails after some
+    model calls (a model error, too many tool rounds, a timeout) has still spent them."""
+
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass
 class AgentOutcome:
     text: str
     usage: Usage
@@ -50,16 +58,19 @@ class AgentOutcome:
 async def run_agent(
     client: ModelClient, messages: list[ChatMessage], tools: ToolRegistry, *, max_rounds: int,
     constraint: Constraint | None = None, span: telemetry.SpanLike = telemetry.OFF,
+    spent: Spent | None = None,
 ) -> AgentOutcome:
     """Ask the model; run the tools it calls (only those in ``tools``); repeat until it answers.
 
     ``constraint`` (structured output, in the dialect of the model's server) shapes the
     final answer. ``span`` (the caller's trace span) gets the model calls' usage; each tool
-    call is a span of its own under it.
+    call is a span of its own under it. ``spent`` adds up each call's usage as it is made,
+    for a caller that must count it even if the loop fails.
     """
     if span.capture:
         span.content("gen_ai.input.messages", _json(messages))
     messages = list(messages)
+    spent = spent if spent is not None else Spent()
     usage = Usage()
     uses: list[ToolUse] = []
     specs = tools.specs() if len(tools) else None
@@ -67,6 +78,7 @@ async def run_agent(
     for _ in range(max_rounds):
         completion = await client.complete(messages, tools=specs, constraint=constraint)
         usage = usage + completion.usage
+        spent.usage = spent.usage + completion.usage
         reasons.append(completion.finish_reason)
         span.model(client.settings.model, completion.model, usage, reasons)
         if not completion.tool_calls:

@@ -279,4 +279,10 @@ def main() -> None:
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
-from . import cli_auth, cli_plans, cli_runs, cli_serve  # noqa: E402, F401  (register their commands)
+from . import (  # noqa: E402, F401  (register their commands)
+    cli_auth,
+    cli_local,
+    cli_plans,
+    cli_runs,
+    cli_serve,
+)

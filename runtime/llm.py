@@ -34,6 +34,7 @@ from .errors import ModelConfigError, ModelError
 from .json_stream import StepArrayReader
 from .model_errors import model_error
 from .structured import Constraint, Structured
+from .token_estimate import estimate_messages, estimate_text
 
 __all__ = [
     "ChatMessage",
@@ -75,8 +76,8 @@ class ModelSettings(BaseModel):
     """Environment variable holding the API key (the key itself never sits in settings)."""
     temperature: float | None = None
     """Sampling temperature; None leaves the server's default."""
-    max_tokens: int | None = None
-    """Cap on completion tokens; None leaves the server's default."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on completion tokens; None takes the role kind's default (see runtime.team)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Extra JSON fields for servers with their own options (e.g. vLLM's ``top_k``)."""
     timeout: float = 120.0
@@ -109,7 +110,8 @@ class ModelSettings(BaseModel):
             "variable that holds it), or point base_url at a local server"
         )
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> Usage:
+    def usage(self, prompt_tokens: int, completion_tokens: int, *,
+              estimated: bool = False) -> Usage:
         """Usage of one call, priced with this model's prices."""
         cost = (
             prompt_tokens * self.prompt_price_per_mtok
@@ -120,6 +122,7 @@ class ModelSettings(BaseModel):
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cost_usd=cost,
+            estimated=estimated,
         )
 
 
@@ -156,10 +159,13 @@ ROLE_HEADER = "x-plancast-role"
 class ModelClient:
     """An ``openai.AsyncOpenAI`` for one model; use ``async with`` so its connections close."""
 
-    def __init__(self, settings: ModelSettings, *, role: str | None = None) -> None:
+    def __init__(self, settings: ModelSettings, *, role: str | None = None,
+                 default_max_tokens: int | None = None) -> None:
         self.settings = settings
         self.role = role
         """The calling role, sent as the ``x-plancast-role`` header (for routing and logs)."""
+        self.max_tokens = settings.max_tokens or default_max_tokens
+        """Cap on each call's completion tokens: the preset's, else the role kind's default."""
         self.total_usage = Usage()
         """Usage of every call made through this client so far."""
         self._client = openai.AsyncOpenAI(
@@ -205,7 +211,7 @@ class ModelClient:
                 if response_format
                 else openai.omit,
                 temperature=_opt(s.temperature),
-                max_tokens=_opt(s.max_tokens),
+                max_tokens=_opt(self.max_tokens),
                 extra_body=_body(s, constraint),
                 stream=False,
             )
@@ -219,9 +225,10 @@ class ModelClient:
             for call in choice.message.tool_calls or []
             if isinstance(call, ChatCompletionMessageFunctionToolCall)
         ]
-        usage = self._record(response.usage)
+        text = choice.message.content or ""
+        usage = self._record(response.usage, messages, text + _calls_text(calls), tools)
         return Completion(
-            text=choice.message.content or "",
+            text=text,
             tool_calls=calls,
             usage=usage,
             model=response.model,
@@ -240,10 +247,15 @@ class ModelClient:
         """
         return LineStream(self, messages, constraint)
 
-    def _record(self, reported: CompletionUsage | None) -> Usage:
-        prompt = reported.prompt_tokens if reported else 0
-        completion = reported.completion_tokens if reported else 0
-        usage = self.settings.usage(prompt, completion)
+    def _record(self, reported: CompletionUsage | None, messages: Sequence[ChatMessage],
+                text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> Usage:
+        """Count one call: as the server reported it, else estimated here (never 0)."""
+        if reported is not None and reported.prompt_tokens + reported.completion_tokens:
+            usage = self.settings.usage(reported.prompt_tokens, reported.completion_tokens)
+        else:
+            prompt = estimate_messages(messages) + (
+                estimate_text(msgspec.json.encode(list(tools)).decode()) if tools else 0)
+            usage = self.settings.usage(prompt, estimate_text(text), estimated=True)
         self.total_usage += usage
         return usage
 
@@ -256,7 +268,7 @@ class ModelClient:
                 model=s.model,
                 messages=_messages(messages),
                 temperature=_opt(s.temperature),
-                max_tokens=_opt(s.max_tokens),
+                max_tokens=_opt(self.max_tokens),
                 extra_body=_body(s, constraint),
                 stream=True,
                 stream_options={"include_usage": True},
@@ -268,8 +280,12 @@ class ModelClient:
 class LineStream:
     """The lines of one streamed completion (without their newlines), as they arrive.
 
-    A final line without a newline is yielded at the end. ``usage``, ``finish_reason``
-    and ``text`` are complete once the iteration has ended.
+    A final line without a newline is yielded at the end, unless the model was stopped
+    there by ``max_tokens`` (``finish_reason`` "length": the line was cut). ``usage``,
+    ``finish_reason`` and ``text`` are complete once the iteration has ended. A stream
+    closed before its end
+    (a plan rejected mid-stream, a timeout) still counts: its usage is estimated from the
+    text received.
     """
 
     def __init__(self, client: ModelClient, messages: Sequence[ChatMessage],
@@ -342,15 +358,17 @@ class LineStream:
             self._ready.extend(complete)
         if self._steps is not None:
             self._ready.extend(self._steps.finish())
-        if self._partial:
-            self._ready.append(self._partial)
-            self._partial = ""
-        self.usage = self._client._record(self._reported)
+        if self._partial and self.finish_reason != "length":
+            self._ready.append(self._partial)  # a last line without its newline
+        self._partial = ""  # cut by max_tokens: not a line, the caller sees finish_reason
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop streaming and release the connection (safe to call more than once)."""
+        """Stop streaming and release the connection (safe to call more than once); the
+        call is counted here, once, whether it ended or was cut."""
         self._done = True
+        if self._stream is not None and self.usage is None:
+            self.usage = self._client._record(self._reported, self._messages, self.text)
         if self._stream is not None:
             await self._stream.close()
 
@@ -370,6 +388,11 @@ def split_lines(partial: str, content: str) -> tuple[list[str], str]:
     """Complete the lines that ``content`` ends; returns them and the new partial line."""
     *complete, rest = (partial + content).split("\n")
     return [line.removesuffix("\r") for line in complete], rest
+
+
+def _calls_text(calls: Sequence[ToolCall]) -> str:
+    """The tool calls as the model wrote them (for a token estimate)."""
+    return "".join(f" {c.name} {c.arguments}" for c in calls)
 
 
 def _body(settings: ModelSettings, constraint: Constraint | None) -> dict[str, Any] | None:

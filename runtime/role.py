@@ -16,7 +16,7 @@ from .errors import PlancastError
 from .llm import ModelClient
 from .registry import discover_roles
 from .role_options import RoleOption, option_problems
-from .team import RoleConfig, TeamConfig, TeamConfigError
+from .team import RoleConfig, TeamConfig, TeamConfigError, default_max_tokens
 from .tools import ToolRegistry
 
 
@@ -69,7 +69,8 @@ class RoleActor(Actor):
         async with AsyncExitStack() as stack:
             if self.config.model is not None:
                 self._model = await stack.enter_async_context(
-                    ModelClient(self.config.model, role=self.name)
+                    ModelClient(self.config.model, role=self.name,
+                                default_max_tokens=default_max_tokens(self.config.kind))
                 )
             await super().serve(task_status=task_status)
 

@@ -34,6 +34,16 @@ MODEL_KINDS = {"planner", "critic", "synthesizer"}
 SERVICE_KINDS = {"supervisor"}
 """Kinds that are neither executors nor model users."""
 
+DEFAULT_MAX_TOKENS = {"planner": 2048, "executor": 2048, "critic": 512, "synthesizer": 1024}
+"""Completion tokens a role's model call may take when its model preset sets no
+``max_tokens``: a model that rambles (a small one does) stops instead of writing thousands
+of tokens. Kinds not listed (plugins) get the executor's."""
+
+
+def default_max_tokens(kind: str) -> int:
+    """The ``max_tokens`` of a role of this kind whose model preset sets none."""
+    return DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["executor"])
+
 
 class TeamConfigError(PlancastError):
     """The team file is missing, not TOML, or breaks a rule; the message names the fix."""

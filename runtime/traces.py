@@ -130,7 +130,8 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
             case RunFinished() | RunFailed():
                 root.set_attributes({"gen_ai.usage.input_tokens": event.usage.prompt_tokens,
                                      "gen_ai.usage.output_tokens": event.usage.completion_tokens,
-                                     "plancast.cost_usd": event.usage.cost_usd})
+                                     "plancast.cost_usd": event.usage.cost_usd,
+                                     "plancast.usage.estimated": event.usage.estimated})
                 if isinstance(event, RunFailed):
                     root.set_status(Status(StatusCode.ERROR, event.reason[:TEXT_LIMIT]))
                     root.set_attribute("error.type", event.cause or event.stage)

@@ -160,5 +160,6 @@ def _clip(text: str, width: int) -> str:
 
 def usage_line(usage: Usage) -> str:
     cost = f", ${usage.cost_usd:.4f}" if usage.cost_usd else ""
+    estimated = " (partly estimated: the server reported none)" if usage.estimated else ""
     return (f"model calls: {usage.calls}, tokens: {usage.prompt_tokens} in / "
-            f"{usage.completion_tokens} out{cost}")
+            f"{usage.completion_tokens} out{estimated}{cost}")

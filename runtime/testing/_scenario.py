@@ -184,6 +184,9 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Multiplies every delay (benchmarks scale down, demos may scale up)."""
     models: list[str] = []
     """Extra model ids listed by GET /v1/models (rules' ``model`` values are listed too)."""
+    stream_usage: bool = True
+    """Send usage at the end of a stream when the client asks (``include_usage``); false
+    plays a server that never does (llama.cpp's server)."""
     rejects: list[Rejection] = []
     """Constraints this server refuses (answered with an error before any rule is tried)."""
 

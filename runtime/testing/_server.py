@@ -275,7 +275,8 @@ class ScriptedModelServer:
         keep_alive: bool,
     ) -> None:
         options = record.body.get("stream_options") or {}
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage")) \
+            and self.scenario.stream_usage
         sender = ChunkedSender(stream)
         await sender.start(200, "text/event-stream; charset=utf-8", keep_alive=keep_alive)
 

@@ -170,6 +170,7 @@ async def run_team(
     request: dict[str, Any] | None = None, settings: dict[str, Any] | None = None,
     serve: list[str] | None = None, model: dict[str, Any] | None = None,
     presets: dict[str, dict[str, Any]] | None = None, rejects: Sequence[Rejection] = (),
+    stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
@@ -177,10 +178,11 @@ async def run_team(
     ``settings`` override the deployment's, ``serve`` names the roles that get a process
     (all by default), ``model`` extends the scripted model's preset (``structured`` ...)
     and ``presets`` adds presets of the same server,
-    ``rejects`` are constraints the model server refuses, and ``during(bus, run_id)`` runs
-    beside the run (e.g. to meddle).
+    ``rejects`` are constraints the model server refuses, ``stream_usage=False`` plays a
+    model server that sends no usage in streams, and ``during(bus, run_id)`` runs beside the
+    run (e.g. to meddle).
     """
-    scenario = Scenario(rules=list(rules), rejects=list(rejects))
+    scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
     async with open_scripted_model_server(scenario) as server:
         team = make_team(server.base_url, roles, model=model, presets=presets, **policy)
         if planner_options:

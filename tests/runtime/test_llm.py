@@ -86,6 +86,17 @@ async def test_stream_lines_joins_lines_split_across_chunks() -> None:
     assert len(server.requests[0].sent_at) == 6
 
 
+async def test_a_line_cut_by_max_tokens_is_not_yielded() -> None:
+    """The model stopped mid-line at its max_tokens: the cut line is no line (a plan would
+    report it as malformed JSON instead of naming max_tokens)."""
+    rule = Rule(text='{"id": 1}\n{"id": 2, "ro', finish_reason="length")
+    async with model(Scenario(rules=[rule]), model="m") as (_, client):
+        stream = client.stream_lines([USER])
+        lines = [line async for line in stream]
+    assert lines == ['{"id": 1}'] and stream.finish_reason == "length"
+    assert stream.text.endswith('"ro')
+
+
 async def test_stream_lines_can_stop_early() -> None:
     rule = Rule(lines=["a", "b", "c"], latency=Latency(per_line=0.05))
     async with model(Scenario(rules=[rule]), model="m") as (_, client):
@@ -93,8 +104,43 @@ async def test_stream_lines_can_stop_early() -> None:
             async for line in lines:
                 assert line == "a"
                 break
-        assert lines.usage is None
+        # Closed before the server's usage came: counted all the same, by an estimate.
+        assert lines.usage is not None and lines.usage.estimated
+        assert lines.usage.calls == 1 and lines.usage.completion_tokens >= 1
+        assert lines.usage.prompt_tokens > 0
         assert (await client.complete([USER])).text == "a\nb\nc\n"
+        assert client.total_usage.calls == 2
+
+
+async def test_a_stream_without_usage_is_estimated_never_zero() -> None:
+    """llama.cpp's server sends no usage in streams: the call is estimated, and says so."""
+    plan = ['{"id": 1, "tool": "search", "args": {"q": "capital of France"}}', '{"id": 2}']
+    scenario = Scenario(rules=[Rule(lines=plan)], stream_usage=False)
+    async with model(scenario, model="m") as (server, client):
+        stream = client.stream_lines([USER])
+        lines = [line async for line in stream]
+    assert lines == plan and server.requests[0].body["stream_options"]["include_usage"]
+    usage = stream.usage
+    assert usage is not None and usage.estimated and usage.calls == 1
+    assert 20 <= usage.completion_tokens <= 40  # 28 runs of letters, digits and symbols
+    assert 6 <= usage.prompt_tokens <= 20  # 7 words and a message's template
+    assert client.total_usage == usage
+
+
+async def test_max_tokens_is_the_presets_else_the_role_kinds_default() -> None:
+    scenario = Scenario(rules=[Rule(text="ok")])
+    async with open_scripted_model_server(scenario) as server:
+        base = {"model": "m", "base_url": server.base_url, "api_key_env": UNSET_KEY}
+        async with ModelClient(ModelSettings(**base), default_max_tokens=300) as client:
+            await client.complete([USER])
+            [line async for line in client.stream_lines([USER])]
+        own = ModelSettings(**base, max_tokens=77)
+        async with ModelClient(own, default_max_tokens=300) as client:
+            await client.complete([USER])
+        async with ModelClient(ModelSettings(**base)) as client:
+            await client.complete([USER])
+    sent = [r.body.get("max_tokens") for r in server.requests]
+    assert sent == [300, 300, 77, None]
 
 
 async def test_tool_call_round_trip() -> None:
