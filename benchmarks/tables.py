@@ -27,6 +27,7 @@ WORKLOAD_COLUMNS: list[Column] = [
 PLANCAST_COLUMNS: list[Column] = [
     *WORKLOAD_COLUMNS, ("run fixed cost ms", "fixed_ms", 1),
     ("per-step in DAG µs", "per_step_in_dag_us", 0),
+    ("planner CPU µs/step", "planner_cpu_us", 0),
 ]
 PROFILE_COLUMNS: list[Column] = [
     ("workload", "workload", 0), ("steps", "steps", 0), ("wall s", "wall_s", 3),
