@@ -86,13 +86,16 @@ class Executor(RoleActor):
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
             **outcome,
         )
-        # The claim must be stored first: a result counts only from a claimant. The id
+        # A result counts only from a claimant, so the claim must be stored first: both
+        # go out on this connection to the same stream, which stores them in the order
+        # sent; a claim that had to be stored again (after the result) makes the planner
+        # offer the result again until the claim is there (``outcomes.Early``). The id
         # names the task and its delivery: a stale executor's result must not be mistaken
         # for (and de-duplicate away) the result of another execution.
-        await self.bus.settle([claim])
         msg_id = f"{ctx.key}/{task.nonce}/result"
         try:
-            await self.bus.publish_durable(results, result, msg_id=msg_id)
+            sent = await self.bus.publish_soon(results, result, msg_id=msg_id)
+            await self.bus.settle([claim, sent])
         except StorageFull as exc:  # too large to keep: the step fails, saying why
             failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
                                              error=f"its output could not be stored: {exc}")

@@ -26,6 +26,13 @@ from .run_state import RunFailure, StepMeta, accepted_in_round
 if TYPE_CHECKING:
     from .run import Run
 
+SAVE_EVERY, SAVE_PERIOD = 64, 0.05
+"""While a plan streams, the run's state is saved after at most this many steps or this
+many seconds: a model writing a line every few hundred ms gets a save per line, a plan
+that arrives all at once one per batch. The events say the rest: a planner taking the
+run over folds the steps planned and dispatched after the last save from the run's events
+(``resume.fold``), and nothing is acknowledged before a save covers it."""
+
 
 async def plan_round(run: Run, round_: int, reason: str) -> None:
     """Stream the plan into the scheduler, asking again after an invalid plan."""
@@ -79,6 +86,16 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
     seen = {s.id: _shape(s) for s in accepted}  # a re-asked model may repeat a step
+    unsaved, saved_at = 0, anyio.current_time()
+
+    async def accept(step: Step) -> None:
+        nonlocal unsaved, saved_at
+        await _accept(run, round_, step)
+        accepted.append(step)
+        unsaved += 1
+        if unsaved >= SAVE_EVERY or anyio.current_time() - saved_at >= SAVE_PERIOD:
+            await run.save()
+            unsaved, saved_at = 0, anyio.current_time()
     async with stream as lines:
         try:
             async for number, line in _numbered(lines):
@@ -88,16 +105,14 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
                 seen[step.id] = _shape(step)
                 if run.stream_plan:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
-                        await _accept(run, round_, step)
-                    accepted.append(step)
+                        await accept(step)
                 else:
                     held.append(step)
         finally:
             await run.spent("planner", lines.usage or Usage())
         _check_complete(lines, len(seen))
     for step in held:
-        await _accept(run, round_, step)
-        accepted.append(step)
+        await accept(step)
     return len(accepted)
 
 
@@ -132,7 +147,6 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
         # Subscribers see the real DAG: $N references count as dependencies.
         await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=_shape(step)))
         await run.dispatch(ready)
-    await run.save()
 
 
 def _check_tool_allowed(run: Run, step: Step) -> None:

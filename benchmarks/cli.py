@@ -18,6 +18,7 @@ from runtime.embedded import open_embedded_server
 from . import report
 from .config import SUITES, BenchConfig
 from .stats import Progress
+from .suite_concurrent import run_concurrent
 from .suite_overhead import measure_plancast
 from .suite_peers import compare, run_peers
 from .suite_profile import run_profile
@@ -80,6 +81,8 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
                 peers["plancast_rows"] = rows
                 peers["comparison"] = compare(rows, peers["peers"])
                 suites["peers"] = peers
+        if "concurrent" in selected:
+            suites["concurrent"] = await run_concurrent(nats.url, config, progress)
         if "profile" in selected:
             suites["profile"] = await run_profile(nats.url, config, out_dir, progress)
     return suites

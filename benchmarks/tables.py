@@ -103,6 +103,21 @@ def _peers(p: dict[str, Any]) -> list[str]:
     return lines
 
 
+CONCURRENT_COLUMNS: list[Column] = [
+    ("planner processes", "planners", 0), ("runs", "runs", 0),
+    ("steps per run", "steps_per_run", 0), ("wall s", "wall_s", 3),
+    ("steps/s", "steps_per_s", 0), ("planner CPU µs/step", "planner_cpu_us", 0),
+]
+
+
+def _concurrent(p: dict[str, Any]) -> list[str]:
+    return [f"## Concurrent runs ({p['workload']} each, submitted at once)", "",
+            table(CONCURRENT_COLUMNS, p["rows"]), "",
+            "every role in its own child process (executors in one, each planner with a "
+            "synthesizer in its own); wall = first submit → last run finished; planner CPU = "
+            "the planner processes' CPU time ÷ all steps.", ""]
+
+
 def _profile(p: dict[str, Any]) -> list[str]:
     return [f"## Profile ({', '.join(p['profilers'])}; all roles in one process)", "",
             table(PROFILE_COLUMNS, p["rows"]), "",
@@ -114,8 +129,8 @@ def markdown(results: dict[str, Any]) -> str:
     """The whole ``results.md``."""
     suites = results["suites"]
     lines = _head(results)
-    for name, render in (("shapes", _shapes), ("overhead", _overhead), ("peers", _peers),
-                         ("profile", _profile)):
+    for name, render in (("shapes", _shapes), ("overhead", _overhead),
+                         ("concurrent", _concurrent), ("peers", _peers), ("profile", _profile)):
         if name in suites:
             lines += render(suites[name])
     return "\n".join(lines)
