@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from runtime.embedded import open_embedded_server
+from runtime.loop import backend_options
 
 from . import report
 from .config import SUITES, BenchConfig
@@ -100,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"{config.reps} rep(s); results in {args.out}")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results["suites"] = anyio.run(run_suites, config, args.out, progress, backend="asyncio")
+    results["suites"] = anyio.run(run_suites, config, args.out, progress, backend="asyncio",
+                                   backend_options=backend_options())
     results["duration_s"] = time.perf_counter() - started
     json_path, md_path = report.write(results, args.out)
     progress(f"done in {results['duration_s']:.0f} s: {md_path}, {json_path}")
