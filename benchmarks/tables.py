@@ -98,8 +98,15 @@ def _peers(p: dict[str, Any]) -> list[str]:
     columns: list[Column] = [("workload", "workload", 0), ("plancast s", "plancast_s", 3)]
     for name in names:
         columns += [(f"{name} s", f"{name}_s", 3),
-                    (f"plancast ÷ {name}", f"plancast_over_{name}", 1)]
-    lines += ["### plancast ÷ peer (p50 wall time)", "", table(columns, p["comparison"]), ""]
+                    (f"plancast ÷ {name}", f"plancast_over_{name}", 2)]
+    lines += ["### plancast ÷ peer (p50 wall time; below 1 plancast is faster)", "",
+              table(columns, p["comparison"]), ""]
+    timed = [r for r in p["comparison"] if r.get("plancast_over_bound")]
+    if timed:
+        bound: list[Column] = [("workload", "workload", 0),
+                               ("plancast wall ÷ bound", "plancast_over_bound", 2)]
+        bound += [(f"{n} wall ÷ bound", f"{n}_over_bound", 2) for n in names]
+        lines += ["### wall ÷ bound, timed steps (same run)", "", table(bound, timed), ""]
     return lines
 
 
