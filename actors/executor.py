@@ -20,7 +20,7 @@ from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
 from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
-from runtime.bus import StorageFull
+from runtime.bus import StorageFull, Unsettled
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
 from runtime.role import RoleActor
@@ -63,49 +63,75 @@ class Executor(RoleActor):
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
                           task=delivery.stream_seq, inputs=task.inputs)
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
-        claim = await self.bus.publish_soon(  # stored before the result: same connection
-            results, StepClaimed(run_id=task.run_id, step_id=task.step.id,
-                                 attempt=task.attempt, executor=me, delivery=ctx.delivery,
-                                 heartbeat=self.settings.heartbeat_interval),
-            msg_id=f"{ctx.key}/{task.nonce}/claim",
-        )
-        token = current_step.set(ctx)
+        claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
+                            executor=me, delivery=ctx.delivery,
+                            heartbeat=self.settings.heartbeat_interval)
+        claims: list[Unsettled] = []  # the claim, once sent
         started = time.time()
         spent = Spent()  # model calls count even when the step fails after them
+        failure: Exception | None = None
         with telemetry.step_span(delivery, task, role=self.name, executor=me) as span:
-            try:
-                with anyio.fail_after(task.timeout or math.inf):
-                    output = await self._execute(task, span, spent)
-                outcome: dict[str, Any] = {"ok": True, "output": output}
-                span.content("gen_ai.tool.call.result" if task.step.tool is not None
-                             else "gen_ai.output.messages", output)
-            except PlancastError as exc:
-                outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                           "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
-                span.fail(type(exc).__name__, outcome["error"])
-            except TimeoutError:
-                outcome = {"ok": False, "retryable": True, "error":
-                           f"timed out: the step ran longer than its {task.timeout:g}s timeout "
-                           "(raise step_timeout for the role, or timeout on the step)"}
-                span.fail("timeout", outcome["error"])
-            finally:
-                current_step.reset(token)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._claim_later, results, claim,
+                              f"{ctx.key}/{task.nonce}/claim", claims)
+                token = current_step.set(ctx)
+                try:
+                    outcome = await self._outcome(task, span, spent)
+                except Exception as exc:  # raised below, not wrapped in a task group's error
+                    failure = exc
+                finally:
+                    current_step.reset(token)
+                    tg.cancel_scope.cancel()  # a claim being sent is sent (shielded)
+        if failure is not None:
+            raise failure
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=spent.usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
-            **outcome,
+            claims=not claims, heartbeat=claim.heartbeat if not claims else 0.0, **outcome,
         )
-        # The claim must be stored first: a result counts only from a claimant. The id
-        # names the task and its delivery: a stale executor's result must not be mistaken
-        # for (and de-duplicate away) the result of another execution.
-        await self.bus.settle([claim])
+        # A result counts only from a claimant: a claim sent earlier must be stored first.
+        # Both go out on this connection to the same stream, which stores them in the
+        # order sent; a claim that had to be stored again (after the result) makes the
+        # planner offer the result again until the claim is there (``outcomes.Early``).
+        # The id names the task and its delivery: a stale executor's result must not be
+        # mistaken for (and de-duplicate away) the result of another execution.
         msg_id = f"{ctx.key}/{task.nonce}/result"
         try:
-            await self.bus.publish_durable(results, result, msg_id=msg_id)
+            sent = await self.bus.publish_soon(results, result, msg_id=msg_id)
+            await self.bus.settle([*claims, sent])
         except StorageFull as exc:  # too large to keep: the step fails, saying why
             failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
                                              error=f"its output could not be stored: {exc}")
             await self.bus.publish_durable(results, failed, msg_id=msg_id)
+
+    async def _claim_later(self, subject: str, claim: StepClaimed, msg_id: str,
+                           sent: list[Unsettled]) -> None:
+        """Claim the step once it has run ``claim_after`` seconds: the planner then knows
+        who works on it (and watches that executor's heartbeats). A step that ends
+        sooner carries its claim in its result: one message instead of two."""
+        await anyio.sleep(self.settings.claim_after)
+        with anyio.CancelScope(shield=True):
+            sent.append(await self.bus.publish_soon(subject, claim, msg_id=msg_id))
+
+    async def _outcome(self, task: StepTask, span: telemetry.SpanLike,
+                       spent: Spent) -> dict[str, Any]:
+        """Run the step within its timeout: the result's fields saying how it went."""
+        try:
+            with anyio.fail_after(task.timeout or math.inf):
+                output = await self._execute(task, span, spent)
+        except PlancastError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            span.fail(type(exc).__name__, error)
+            return {"ok": False, "error": error,
+                    "retryable": not isinstance(exc, (*PERMANENT, StepRefused))}
+        except TimeoutError:
+            error = (f"timed out: the step ran longer than its {task.timeout:g}s timeout "
+                     "(raise step_timeout for the role, or timeout on the step)")
+            span.fail("timeout", error)
+            return {"ok": False, "retryable": True, "error": error}
+        span.content("gen_ai.tool.call.result" if task.step.tool is not None
+                      else "gen_ai.output.messages", output)
+        return {"ok": True, "output": output}
 
     async def _execute(self, task: StepTask, span: telemetry.SpanLike, spent: Spent) -> str:
         step = task.step

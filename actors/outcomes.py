@@ -200,6 +200,10 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
         return
+    if result.claims:  # the step ended before its claim was due: the result claims it
+        await _claim(run, StepClaimed(
+            run_id=run.run_id, step_id=sid, attempt=attempt, executor=sender,
+            delivery=result.delivery, heartbeat=result.heartbeat))
     if not _claimed_by(meta.claimants, sender, result.delivery):
         if patient:
             raise Early(f"step {sid} attempt {attempt}")

@@ -30,6 +30,13 @@ from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 if TYPE_CHECKING:
     from .run import Run
 
+SAVE_EVERY, SAVE_PERIOD = 64, 0.05
+"""While a plan streams, the run's state is saved after at most this many steps or this
+many seconds: a model writing a line every few hundred ms gets a save per line, a plan
+that arrives all at once one per batch. The events say the rest: a planner taking the
+run over folds the steps planned and dispatched after the last save from the run's events
+(``resume.fold``), and nothing is acknowledged before a save covers it."""
+
 
 GIVEN_PLAN = "given plan"
 """The model a PlanStarted names when the run's request carried its first plan."""
@@ -141,6 +148,16 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     """Feed one streamed plan to the run; the number of steps the round has now."""
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
     seen = {s.id: shaped(s) for s in accepted}  # a re-asked model may repeat a step
+    unsaved, saved_at = 0, anyio.current_time()
+
+    async def accept(step: Step) -> None:
+        nonlocal unsaved, saved_at
+        await _accept(run, round_, step)
+        accepted.append(step)
+        unsaved += 1
+        if unsaved >= SAVE_EVERY or anyio.current_time() - saved_at >= SAVE_PERIOD:
+            await run.save()
+            unsaved, saved_at = 0, anyio.current_time()
     try:
         async with stream as lines:
             async for number, line in _numbered(lines):
@@ -152,8 +169,7 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
                 seen[step.id] = shaped(step)
                 if run.stream_plan:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
-                        await _accept(run, round_, step)
-                    accepted.append(step)
+                        await accept(step)
                 else:
                     held.append(step)
     finally:  # once closed, a rejected, cut or timed-out plan's call is counted too
@@ -161,8 +177,7 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
             await run.spent("planner", stream.usage or Usage())
     _check_complete(stream, len(seen))
     for step in held:
-        await _accept(run, round_, step)
-        accepted.append(step)
+        await accept(step)
     return len(accepted)
 
 
@@ -203,16 +218,14 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
     async with run.lock:
         if run.holding:  # it runs once the round is approved
             await plan_review.accept_held(run, round_, step)
-        else:
-            check_tool_allowed(run.team, step, run.planner.known_tools)
-            ready = run.scheduler.add(step)
-            run.meta[step.id] = StepMeta(round_)
-            run.touch(step.id)
-            # Subscribers see the real DAG: $N references count as dependencies.
-            await run.events.emit(StepPlanned(run_id=run.run_id, round=round_,
-                                              step=shaped(step)))
-            await run.dispatch(ready)
-    await run.save()
+            return
+        check_tool_allowed(run.team, step, run.planner.known_tools)
+        ready = run.scheduler.add(step)
+        run.meta[step.id] = StepMeta(round_)
+        run.touch(step.id)
+        # Subscribers see the real DAG: $N references count as dependencies.
+        await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shaped(step)))
+        await run.dispatch(ready)
 
 
 def _next_id(run: Run) -> int:

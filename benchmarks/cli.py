@@ -14,10 +14,12 @@ from typing import Any
 import anyio
 
 from runtime.embedded import open_embedded_server
+from runtime.loop import backend_options
 
 from . import report
 from .config import SUITES, BenchConfig
 from .stats import Progress
+from .suite_concurrent import run_concurrent
 from .suite_overhead import measure_plancast
 from .suite_peers import compare, run_peers
 from .suite_profile import run_profile
@@ -80,6 +82,8 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
                 peers["plancast_rows"] = rows
                 peers["comparison"] = compare(rows, peers["peers"])
                 suites["peers"] = peers
+        if "concurrent" in selected:
+            suites["concurrent"] = await run_concurrent(nats.url, config, progress)
         if "profile" in selected:
             suites["profile"] = await run_profile(nats.url, config, out_dir, progress)
     return suites
@@ -97,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"{config.reps} rep(s); results in {args.out}")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results["suites"] = anyio.run(run_suites, config, args.out, progress, backend="asyncio")
+    results["suites"] = anyio.run(run_suites, config, args.out, progress, backend="asyncio",
+                                   backend_options=backend_options())
     results["duration_s"] = time.perf_counter() - started
     json_path, md_path = report.write(results, args.out)
     progress(f"done in {results['duration_s']:.0f} s: {md_path}, {json_path}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SUITES = ("shapes", "overhead", "peers", "profile")
+SUITES = ("shapes", "overhead", "concurrent", "peers", "profile")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,10 @@ class BenchConfig:
     """Middle width of the 1 → N → 1 overhead fan-out."""
     independent: int = 1000
     """Steps of the independent overhead workload."""
+    concurrent_runs: int = 100
+    """Runs submitted at once in the concurrent suite."""
+    concurrent_width: int = 8
+    """Middle width of each concurrent run's 1 → N → 1 fan-out (N + 2 steps)."""
     step_seconds: float = 0.05
     """Duration of a step in the timed overhead/peer workloads."""
 
@@ -77,6 +81,7 @@ class BenchConfig:
         base: dict[str, Any] = {
             "time_scale": 0.02, "reps": 1, "quick": True, "fan_outs": (8,),
             "parallelqa_branches": (2,), "chain": 10, "fan": 10, "independent": 20,
+            "concurrent_runs": 4,
             "step_seconds": 0.01,
         }
         return cls(**{**base, **overrides})

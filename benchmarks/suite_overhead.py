@@ -9,10 +9,12 @@ the steps' own time (``echo``: none; ``sleep``: the DAG's critical path).
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from runtime.bus import Bus
 from runtime.team import team_from_dict
 from runtime.testing import Latency, open_scripted_model_server
 from runtime.tools import builtin_tools
@@ -22,18 +24,19 @@ from .config import BenchConfig
 from .dag import Dag
 from .deploy import deployment, new_prefix
 from .stats import median
-from .trace import run_goal
+from .trace import RunTrace, run_goal
 from .workers import wait_for_consumer, worker_process
 from .workloads import chain
 
 ROLE = "noop"
 
 
-def summarize(dag: Dag, makespans: Sequence[float],
-              spans: Sequence[float] = ()) -> dict[str, Any]:
+def summarize(dag: Dag, makespans: Sequence[float], spans: Sequence[float] = (),
+              cpus: Sequence[float] = ()) -> dict[str, Any]:
     """p50 wall time, the bound, per-step overhead and throughput of one workload.
 
-    ``spans`` (plancast only): first step planned → last step finished, per run.
+    ``spans`` (plancast only): first step planned → last step finished, per run;
+    ``cpus``: the planner process's CPU seconds per run.
     """
     wall, bound = median(makespans), dag.critical_path()
     row = {
@@ -47,7 +50,16 @@ def summarize(dag: Dag, makespans: Sequence[float],
         span = median(spans)
         row |= {"steps_span_s": span, "fixed_ms": (wall - span) * 1000,
                 "per_step_in_dag_us": (span - bound) / len(dag) * 1e6}
+    if cpus:
+        row["planner_cpu_us"] = median(cpus) / len(dag) * 1e6
     return row
+
+
+async def timed_run(bus: Bus, dag: Dag) -> tuple[RunTrace, float]:
+    """One run, and the CPU seconds this (the planner's) process spent on it."""
+    cpu = time.process_time()
+    trace = await run_goal(bus, scripted.goal_of(dag))
+    return trace, time.process_time() - cpu
 
 
 async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConfig,
@@ -73,9 +85,10 @@ async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConf
                     await wait_for_consumer(bus, f"step-{ROLE}", proc, log_file)
                     await run_goal(bus, scripted.goal_of(warmup))
                     for dag in dags:
-                        traces = [await run_goal(bus, scripted.goal_of(dag))
-                                  for _ in range(config.reps_for(len(dag)))]
-                        rows.append(summarize(dag, [t.makespan for t in traces],
-                                              [t.steps_span() for t in traces]))
+                        runs = [await timed_run(bus, dag)
+                                for _ in range(config.reps_for(len(dag)))]
+                        rows.append(summarize(dag, [t.makespan for t, _ in runs],
+                                              [t.steps_span() for t, _ in runs],
+                                              [c for _, c in runs]))
                         progress(f"overhead: plancast {dag.name} p50 {rows[-1]['wall_s']:.3f}s")
     return rows

@@ -44,14 +44,17 @@ async def run_peers(dags: Sequence[Dag], config: BenchConfig,
 
 def compare(plancast_rows: Sequence[dict[str, Any]],
             peers: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per workload: plancast's p50 wall time and its ratio to each peer's."""
+    """Per workload: plancast's p50 wall time and its ratio to each peer's; for the timed
+    workloads each one's wall ÷ bound too."""
     out = []
     for row in plancast_rows:
-        entry: dict[str, Any] = {"workload": row["workload"], "plancast_s": row["wall_s"]}
+        entry: dict[str, Any] = {"workload": row["workload"], "plancast_s": row["wall_s"],
+                                 "plancast_over_bound": row.get("wall_over_bound")}
         for name, peer in peers.items():
             match = next((r for r in peer["rows"] if r["workload"] == row["workload"]), None)
             if match is not None:
                 entry[f"{name}_s"] = match["wall_s"]
                 entry[f"plancast_over_{name}"] = row["wall_s"] / match["wall_s"]
+                entry[f"{name}_over_bound"] = match.get("wall_over_bound")
         out.append(entry)
     return out

@@ -27,6 +27,7 @@ WORKLOAD_COLUMNS: list[Column] = [
 PLANCAST_COLUMNS: list[Column] = [
     *WORKLOAD_COLUMNS, ("run fixed cost ms", "fixed_ms", 1),
     ("per-step in DAG µs", "per_step_in_dag_us", 0),
+    ("planner CPU µs/step", "planner_cpu_us", 0),
 ]
 PROFILE_COLUMNS: list[Column] = [
     ("workload", "workload", 0), ("steps", "steps", 0), ("wall s", "wall_s", 3),
@@ -97,9 +98,31 @@ def _peers(p: dict[str, Any]) -> list[str]:
     columns: list[Column] = [("workload", "workload", 0), ("plancast s", "plancast_s", 3)]
     for name in names:
         columns += [(f"{name} s", f"{name}_s", 3),
-                    (f"plancast ÷ {name}", f"plancast_over_{name}", 1)]
-    lines += ["### plancast ÷ peer (p50 wall time)", "", table(columns, p["comparison"]), ""]
+                    (f"plancast ÷ {name}", f"plancast_over_{name}", 2)]
+    lines += ["### plancast ÷ peer (p50 wall time; below 1 plancast is faster)", "",
+              table(columns, p["comparison"]), ""]
+    timed = [r for r in p["comparison"] if r.get("plancast_over_bound")]
+    if timed:
+        bound: list[Column] = [("workload", "workload", 0),
+                               ("plancast wall ÷ bound", "plancast_over_bound", 2)]
+        bound += [(f"{n} wall ÷ bound", f"{n}_over_bound", 2) for n in names]
+        lines += ["### wall ÷ bound, timed steps (same run)", "", table(bound, timed), ""]
     return lines
+
+
+CONCURRENT_COLUMNS: list[Column] = [
+    ("planner processes", "planners", 0), ("runs", "runs", 0),
+    ("steps per run", "steps_per_run", 0), ("wall s", "wall_s", 3),
+    ("steps/s", "steps_per_s", 0), ("planner CPU µs/step", "planner_cpu_us", 0),
+]
+
+
+def _concurrent(p: dict[str, Any]) -> list[str]:
+    return [f"## Concurrent runs ({p['workload']} each, submitted at once)", "",
+            table(CONCURRENT_COLUMNS, p["rows"]), "",
+            "every role in its own child process (executors in one, each planner with a "
+            "synthesizer in its own); wall = first submit → last run finished; planner CPU = "
+            "the planner processes' CPU time ÷ all steps.", ""]
 
 
 def _profile(p: dict[str, Any]) -> list[str]:
@@ -113,8 +136,8 @@ def markdown(results: dict[str, Any]) -> str:
     """The whole ``results.md``."""
     suites = results["suites"]
     lines = _head(results)
-    for name, render in (("shapes", _shapes), ("overhead", _overhead), ("peers", _peers),
-                         ("profile", _profile)):
+    for name, render in (("shapes", _shapes), ("overhead", _overhead),
+                         ("concurrent", _concurrent), ("peers", _peers), ("profile", _profile)):
         if name in suites:
             lines += render(suites[name])
     return "\n".join(lines)

@@ -54,20 +54,26 @@ class RunTrace:
         return self._first(PlanFinished).ts - self.start
 
     def ready_to_start(self) -> list[float]:
-        """Per step: StepStarted minus when it became ready (last dependency finished, or
-        planned if later)."""
+        """Per step: when its first attempt started minus when it became ready (last
+        dependency finished, or planned if later). A step that ended before its claim was
+        due (its result carried the claim) started at its finish minus its duration."""
         planned: dict[int, tuple[float, list[int]]] = {}
         finished: dict[int, float] = {}
-        out: list[float] = []
+        started: dict[int, float] = {}
         for e in self.events:
             if isinstance(e, StepPlanned):
                 planned[e.step.id] = (e.ts, list(e.step.depends_on))
             elif isinstance(e, StepFinished):
                 finished[e.step_id] = e.ts
+                if e.attempt == 1 and e.step_id in started:
+                    started[e.step_id] = min(started[e.step_id], e.ts - e.duration)
             elif isinstance(e, StepStarted) and e.attempt == 1:
-                ts, deps = planned[e.step_id]
-                ready = max([ts, *(finished[d] for d in deps)])
-                out.append(e.ts - ready)
+                started.setdefault(e.step_id, e.ts)
+        out: list[float] = []
+        for sid, ts in started.items():
+            at, deps = planned[sid]
+            ready = max([at, *(finished[d] for d in deps)])
+            out.append(max(0.0, ts - ready))
         return out
 
 

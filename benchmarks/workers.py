@@ -17,17 +17,19 @@ from protocols import Stream, stream_name
 from runtime.bus import Bus
 
 
-def worker_command(role: str, team_file: Path, nats_url: str, prefix: str) -> list[str]:
+def worker_command(role: str | list[str], team_file: Path, nats_url: str,
+                   prefix: str) -> list[str]:
     """``plancast worker ...`` from this interpreter's environment."""
     script = Path(sys.executable).parent / "plancast"
     if not script.exists():
         script = Path(shutil.which("plancast") or "plancast")
-    return [str(script), "worker", "--role", role, "--team", str(team_file),
-            "--nats", nats_url, "--prefix", prefix]
+    roles = [role] if isinstance(role, str) else role
+    return [str(script), "worker", *(a for r in roles for a in ("--role", r)),
+            "--team", str(team_file), "--nats", nats_url, "--prefix", prefix]
 
 
 @contextmanager
-def worker_process(role: str, team_file: Path, nats_url: str, prefix: str,
+def worker_process(role: str | list[str], team_file: Path, nats_url: str, prefix: str,
                    log_file: Path) -> Iterator[subprocess.Popen[bytes]]:
     """Run a worker until the block ends, then SIGTERM it (it drains) and reap it."""
     with log_file.open("wb") as log:

@@ -143,6 +143,12 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     delivery: int = 0
     """The JetStream delivery count of the task this result answers (as in its claim);
     required, like ``executor`` (0 never matches a claim)."""
+    claims: bool = False
+    """True: this result is also its sender's claim (the step ended before a claim was
+    due, so none was sent); the planner records the claim, then the result. Needs a
+    planner that knows this field (upgrade planners before executors)."""
+    heartbeat: float = 0.0
+    """With ``claims``: what the claim's ``heartbeat`` would have said."""
 
 
 class ReviewTask(Message, frozen=True, kw_only=True, tag="review.task"):

@@ -16,6 +16,7 @@ import re
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ from protocols import (
     Verb,
     WorkError,
     decoder_for,
+    stream_name,
     validate_token,
 )
 from protocols.codec import UNREADABLE
@@ -38,6 +40,7 @@ from protocols.codec import UNREADABLE
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
 from .errors import SetupError
+from .pull import ConsumerGone, Pull
 from .reports import header_safe, tag_of, traceback_tail, work_error
 from .sources import (
     FETCH_WAIT,
@@ -53,6 +56,9 @@ from .sources import (
 __all__ = ["Actor", "Source", "Subscription", "WorkQueue", "new_instance_id", "on"]
 
 log = logging.getLogger(__name__)
+
+PULL_CAP = 64
+"""Most tasks one pull request of one source asks for."""
 
 
 def new_instance_id() -> str:
@@ -211,35 +217,48 @@ class Actor:
                 task_status.started(scope)
                 started = True
             try:
-                await self._fetch_loop(psub, decoder, config.max_deliver or 1)
+                await self._fetch_loop(source, decoder, config.max_deliver or 1)
             finally:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await psub.unsubscribe()
 
-    async def _fetch_loop(self, psub: Any, decoder: Any, max_deliver: int) -> None:
-        """Pull one task at a time while a slot is free; return to rebind the consumer
-        after errors that do not pass (a consumer lost in a failover)."""
+    async def _fetch_loop(self, source: WorkQueue, decoder: Any, max_deliver: int) -> None:
+        """Keep a pull open for as many tasks as there are free slots, handing each to a
+        handler as it comes; return to rebind the consumer after errors that do not pass
+        (a consumer lost in a failover)."""
+        pull = Pull(self.bus, stream_name(self.bus.prefix, source.stream), source.consumer,
+                    cap=min(self.concurrency, PULL_CAP), expires=FETCH_WAIT)
+        await pull.start()
+        msgs: deque[Any] = deque()
         failures = 0
-        while failures < REBIND_AFTER:
-            # Wait for a free slot without holding it through the long poll (other
-            # sources of this actor need slots meanwhile), then ask for one task:
-            # nats-py's fetch(batch=N) returns on the first message but leaves the rest
-            # of the pull open on the server, and the next fetch would then hold a
-            # waiting task until that pull expires (up to FETCH_WAIT).
-            async with self._slots:
-                pass
-            try:
-                msgs = await psub.fetch(batch=1, timeout=FETCH_WAIT)
-                failures = 0
-            except TimeoutError:  # nothing to do right now (nats-py raises both kinds)
-                msgs, failures = [], 0
-            except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
-                failures += 1
-                log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
-                msgs = []
-                await anyio.sleep(FETCH_WAIT)
-            for msg in msgs:
-                await self._admit(Delivery(msg, durable=True, max_deliver=max_deliver), decoder)
+        try:
+            while failures < REBIND_AFTER:
+                # Ask only while a slot is free (other sources of this actor need slots
+                # too), for no more than are free.
+                async with self._slots:
+                    pass
+                try:
+                    msgs.extend(await pull.next_batch(lambda: int(self._slots.value)))
+                    failures = 0
+                except ConsumerGone as exc:
+                    log.warning("%s: consumer %s is gone (%s); binding it again", self.name,
+                                source.consumer, exc)
+                    return
+                except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
+                    failures += 1
+                    log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
+                    await anyio.sleep(FETCH_WAIT)
+                while msgs:
+                    delivery = Delivery(msgs[0], durable=True, max_deliver=max_deliver)
+                    await self._admit(delivery, decoder)
+                    msgs.popleft()
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                # Pulled but never handed to a handler (we were stopped): give them back
+                # now rather than after their ack wait.
+                for msg in [*msgs, *pull.drop()]:
+                    await Delivery(msg, durable=True).nak()
+                await pull.stop()
 
     async def _admit(self, delivery: Delivery, decoder: Any) -> None:
         """Wait for a free slot, then handle the message in its own task."""

@@ -30,6 +30,7 @@ from .cli_setup import (
 )
 from .connection import open_bus
 from .errors import PlancastError
+from .loop import backend_options
 from .process import serve_actors
 from .registry import discover_roles
 from .role import build_team_actors
@@ -140,7 +141,7 @@ def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> 
     Anything else is a bug: one line naming it, and the traceback with ``--verbose``.
     """
     try:
-        code = anyio.run(main)
+        code = anyio.run(main, backend_options=backend_options())
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:

@@ -9,6 +9,7 @@ as long as the process lives, so actors ride out server restarts and node losses
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -33,6 +34,36 @@ from .provision import Retry, check_provisioned, provision
 from .settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class _Client(NatsClient):
+    """nats-py's client, writing what was published in one event-loop turn with one
+    socket write: its flusher waits for the turn to end before it writes (each write wakes
+    the server, and costs a syscall here and there)."""
+
+    async def _flusher(self) -> None:
+        assert self._transport, "Client.connect must be called first"
+        assert self._flush_queue, "Client.connect must be called first"
+        while True:
+            if not self.is_connected or self.is_connecting:
+                break
+            future: asyncio.Future[Any] = await self._flush_queue.get()
+            try:
+                await asyncio.sleep(0)  # the rest of this turn's publishes join this write
+                if self._pending_data_size > 0:
+                    self._transport.writelines(self._pending[:])
+                    self._pending = []
+                    self._pending_data_size = 0
+                    await self._transport.drain()  # type: ignore[no-untyped-call]
+            except OSError as e:
+                await self._error_cb(e)
+                await self._process_op_err(e)
+                break
+            except (asyncio.CancelledError, RuntimeError, AttributeError):
+                break  # the loop is closing, or the connection was torn down
+            finally:
+                if not future.done():  # it may have been cancelled (nats-py issue 624)
+                    future.set_result(None)
 
 ATTEMPT_TIMEOUT = 2.0
 """Seconds one TCP connect or handshake may take (nats-py's ``connect_timeout``), for the
@@ -151,7 +182,7 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
     delay = 0.1
     while True:
         left = deadline - anyio.current_time()
-        nc = NatsClient()
+        nc = _Client()
         try:
             # The deadline also cuts short an attempt that hangs (a server that accepts
             # the TCP connection and never answers); _discard then closes what it opened.

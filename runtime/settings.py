@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     """Pings left unanswered before the connection is given up and another server tried."""
     heartbeat_interval: float = Field(default=2.0, gt=0)
     """Seconds between an actor's heartbeats."""
+    claim_after: float = Field(default=0.02, ge=0)
+    """Seconds an executor runs a step before it sends the step's claim; a step that ends
+    sooner claims it in its result (one message instead of two)."""
     drain_timeout: float = Field(default=20.0, ge=0)
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
     connect_timeout: float = Field(default=5.0, gt=0)

@@ -25,7 +25,7 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
     assert {"date", "plancast_version", "machine", "seed", "config", "suites",
             "duration_s"} <= results.keys()
     assert {"cores", "python", "nats_server"} <= results["machine"].keys()
-    assert set(results["suites"]) == {"shapes", "overhead", "profile"}
+    assert set(results["suites"]) == {"shapes", "overhead", "concurrent", "profile"}
     for row in results["suites"]["shapes"]["rows"]:
         assert {"shape", "makespan_s", "bound_s", "makespan_over_bound", "non_streaming_s",
                 "react_s", "speedup_vs_react", "ready_to_start_p50_ms",
@@ -33,10 +33,18 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
         assert row["makespan_s"] > 0 and row["bound_s"] > 0
     for row in results["suites"]["overhead"]["rows"]:
         assert {"workload", "steps", "wall_s", "per_step_overhead_us", "steps_per_s"} <= row.keys()
+    for row in results["suites"]["overhead"]["rows"]:
+        assert row["planner_cpu_us"] > 0
+    concurrent = results["suites"]["concurrent"]["rows"]
+    assert [r["planners"] for r in concurrent] == [1, 2]
+    assert all(r["steps_per_s"] > 0 and r["planner_cpu_us"] > 0 for r in concurrent)
     for row in results["suites"]["profile"]["rows"]:
-        assert (tmp_path / row["file"]).read_text().startswith("# profile of")
+        assert row["cpu_per_step_us"] > 0
+        if row["file"]:  # the 1,000-step workload has figures only
+            assert (tmp_path / row["file"]).read_text().startswith("# profile of")
     markdown = (tmp_path / "results.md").read_text()
     assert "## DAG shapes" in markdown and "## Runtime overhead" in markdown
+    assert "## Concurrent runs" in markdown
 
 
 def test_bound_is_planned_time_plus_longest_path() -> None:

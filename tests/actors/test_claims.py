@@ -1,0 +1,85 @@
+"""A step that ends before its claim is due claims it in its result (one message, not two);
+a longer one is claimed while it runs. Either way the run's events say who started it
+before it finished, and a result's claim counts only for the attempt it is for."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocols import (
+    OutcomeRefused,
+    StepClaimed,
+    StepResult,
+    StepStarted,
+    Verb,
+    decoder_for,
+    subject,
+)
+from runtime.bus import Bus
+from runtime.client import follow
+from runtime.testing import Rule
+
+from .harness import echo, finish, plan_line, run_team
+
+pytestmark = pytest.mark.anyio
+
+RESULT_DECODER = decoder_for(StepClaimed | StepResult)
+
+
+async def _watch_results(bus: Bus, run_id: str, seen: list[object]) -> None:
+    """Record every claim and result sent for the run (core NATS sees the stream's input)."""
+    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, run_id, ">", wildcard=True))
+    async for msg in sub.messages:
+        try:
+            seen.append(RESULT_DECODER.decode(msg.data))
+        except Exception:  # other outcomes (the synthesizer's) are not ours
+            continue
+
+
+async def test_a_quick_step_claims_in_its_result(nats_url: str, prefix: str) -> None:
+    seen: list[object] = []
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[echo(1, "hello")]), finish("done")],
+        settings={"claim_after": 60.0},  # however slow the machine, it ends before
+        during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+    [started] = out.of(StepStarted)
+    finished = out.finished(1)
+    assert out.seq(StepStarted) < out.seq(type(finished))
+    assert started.executor == finished.executor and started.attempt == 1
+    results = [m for m in seen if isinstance(m, StepResult)]
+    assert [r.claims for r in results] == [True]
+    assert not [m for m in seen if isinstance(m, StepClaimed)]
+    assert out.answer == "done"
+
+
+async def test_a_longer_step_is_claimed_while_it_runs(nats_url: str, prefix: str) -> None:
+    seen: list[object] = []
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 1})]),
+        finish("done")], settings={"claim_after": 0.0},
+        during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+    assert len(out.of(StepStarted)) == 1
+    assert out.seq(StepStarted) < out.seq(type(out.finished(1)))
+    assert [type(m) for m in seen][:2] == [StepClaimed, StepResult]
+    assert not [m for m in seen if isinstance(m, StepResult) and m.claims]
+
+
+async def test_a_result_claiming_an_attempt_no_longer_wanted_changes_nothing(
+    nats_url: str, prefix: str
+) -> None:
+    async def forge(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepStarted):
+                await bus.publish_durable(
+                    bus.subject(Verb.RESULT, run_id, "worker"),
+                    StepResult(run_id=run_id, step_id=1, attempt=2, ok=True, output="forged",
+                               executor="worker/elsewhere", delivery=1, claims=True))
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 2})]),
+        finish("real")], during=forge)
+    [refused] = out.of(OutcomeRefused)
+    assert "attempt 2 of step 1 is no longer wanted" in refused.reason
+    assert [s.executor for s in out.of(StepStarted)] == [out.finished(1).executor]
+    assert out.finished(1).output != "forged" and out.answer == "real"
