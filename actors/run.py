@@ -477,7 +477,11 @@ class Run:
                 round_reason=self.round_reason, fence=self.fence,
                 announced=sorted(identity_key(k) for k in self.events.announced))
             try:
-                await self.store.write(head, records)
+                # Never cut in half by a cancel (an abort, a lost lease): a header the server
+                # took but whose revision we never learned would make the next save look
+                # like another planner's and drop the run (bounded by the store's retries).
+                with anyio.CancelScope(shield=True):
+                    await self.store.write(head, records)
             except BaseException:
                 self._touched |= touched  # written again next time
                 raise
