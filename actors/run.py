@@ -25,7 +25,6 @@ from protocols import (
     RunFailed,
     RunFinished,
     RunResumed,
-    RunStarted,
     Step,
     StepClaimed,
     StepDispatched,
@@ -47,7 +46,7 @@ from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
-from . import outcomes, run_state
+from . import delegation, outcomes, run_state
 from .resume import Tail, task_id
 from .run_plan import plan_round
 from .run_state import PREVIEW, RunFailure, RunState
@@ -150,8 +149,7 @@ class Run:
             await self._ended(self.tail.terminal)
             return
         if self.events.next_seq == 1:
-            await self.events.emit(RunStarted(run_id=self.run_id, goal=req.goal,
-                                              planner=self.planner.owner_id))
+            await self.events.emit(delegation.run_started(self))
         elif resumed:
             await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
                                               previous=self.previous_owner,
@@ -324,6 +322,7 @@ class Run:
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
         """Delete the queued tasks of attempts given up, so no executor runs them late."""
+        await delegation.cancel_children(self, step_ids, "the parent run gave the step up")
         work = stream_name(self.bus.prefix, Stream.WORK)
         for sid in step_ids:
             meta = self.meta.get(sid)

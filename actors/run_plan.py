@@ -20,7 +20,7 @@ from runtime.errors import PlanValidationError
 from runtime.llm import LineStream
 from runtime.plans import check_tool_allowed
 
-from . import plan_review, prompts
+from . import delegation, plan_review, prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 
 if TYPE_CHECKING:
@@ -46,12 +46,11 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
         await run.events.emit(PlanStarted(run_id=run.run_id, round=round_,
                                           model=model.settings.model))
         content = prompts.planner_request(
-            run.request.goal, team.executors(), run.planner.ctx.tools, first_id=_next_id(run),
+            run.request.goal, delegation.roles(run), run.planner.ctx.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
         )
-        messages = [{"role": "system",
-                     "content": run.planner.config.system_prompt or prompts.PLANNER},
+        messages = [{"role": "system", "content": delegation.planner_system_prompt(run)},
                     {"role": "user", "content": content}]
         try:
             with anyio.move_on_after(team.timeouts.plan) as deadline:

@@ -33,6 +33,7 @@ from .events import WorkFailed as WorkFailed
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
 from .messages import Offloaded as Offloaded
+from .messages import ParentStep as ParentStep
 from .messages import PlanDecision as PlanDecision
 from .messages import PlanReviewTask as PlanReviewTask
 from .messages import ReplanRequest as ReplanRequest
@@ -49,6 +50,7 @@ from .messages import SynthesisDecision as SynthesisDecision
 from .messages import SynthesisTask as SynthesisTask
 from .messages import Verdict as Verdict
 from .messages import WorkError as WorkError
+from .messages import child_run_id as child_run_id
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
 from .plan import Plan as Plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from typing import Annotated, Literal
 
@@ -21,6 +22,34 @@ RunId = Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]
 def new_run_id() -> str:
     """A fresh run id: ``run-`` and 12 hex digits (clients and planners pick them alike)."""
     return f"run-{secrets.token_hex(6)}"
+
+
+def child_run_id(parent_run: str, step_id: int, attempt: int) -> str:
+    """The id of the run a sub-team starts for one attempt of a parent run's step.
+
+    Derived, so the team lead's retries submit the same run (idempotently) and the parent's
+    planner can name the child to cancel it without asking anyone. Too long for a token, it
+    becomes a digest of the same parts."""
+    plain = f"{parent_run}-s{step_id}a{attempt}"
+    if len(plain) <= 64:
+        return plain
+    digest = hashlib.sha256(f"{parent_run}/{step_id}/{attempt}".encode()).hexdigest()
+    return f"run-{digest[:24]}"
+
+
+class ParentStep(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a sub-team's run comes from: one attempt of one step of its parent run."""
+
+    run_id: RunId
+    """The parent run."""
+    step_id: StepId
+    """The parent run's step delegated to the sub-team."""
+    attempt: int = 1
+    """The step's attempt."""
+    depth: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+    """This run's depth in the tree: 1 for a child of a top-level run, 2 for a grandchild."""
+    role: str = ""
+    """The ``team`` role that started it."""
 
 
 def nonce() -> str:
@@ -48,6 +77,13 @@ class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     review_plan: Literal["off", "human", "auto"] | None = None
     """Hold each plan round for approval before any of it runs: by a person (``human``) or
     the critic (``auto``); None uses the team's ``review_plan``."""
+    parent: ParentStep | None = None
+    """For a sub-team's run: the parent run's step it answers; None for a top-level run."""
+    roles: list[Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]] | None = None
+    """The executor roles this run's plans may use (a sub-team's members); None: every
+    executor role of the planner's team (or its planner's ``members``)."""
+    planner_prompt: Annotated[str, msgspec.Meta(max_length=20_000)] = ""
+    """A brief added to the planner's system prompt for this run's plans (a sub-team's)."""
 
 
 class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):

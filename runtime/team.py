@@ -33,6 +33,8 @@ MODEL_KINDS = {"planner", "critic", "synthesizer"}
 """Kinds that always talk to a model."""
 SERVICE_KINDS = {"supervisor"}
 """Kinds that are neither executors nor model users."""
+TEAM_KIND = "team"
+"""A role whose steps a sub-team does: each starts a child run (``actors.team_lead``)."""
 
 
 class TeamConfigError(PlancastError):
@@ -96,9 +98,19 @@ class RoleConfig(BaseModel):
     """An executor that only runs tool steps, so it needs no model."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Kind-specific options (see each role's docs)."""
+    members: list[str] = Field(default_factory=list)
+    """For a ``team`` role: the roles its child runs' plans may use (executors, or teams in
+    turn). For a ``planner``: the roles top-level plans may use (empty: every executor)."""
+    planner_prompt: str = Field(default="", max_length=20_000)
+    """For a ``team`` role: its sub-team's brief, added to the planner's system prompt when
+    it plans a child run."""
+    max_replans: int = Field(default=1, ge=0, le=10)
+    """For a ``team`` role: replan rounds each child run may take inside its own budget."""
+    max_steps: int = Field(default=64, ge=1, le=1000)
+    """For a ``team`` role: most steps one plan of a child run may have."""
 
     def needs_model(self) -> bool:
-        if self.kind in SERVICE_KINDS:
+        if self.kind in SERVICE_KINDS or self.kind == TEAM_KIND:
             return False
         return self.kind in MODEL_KINDS or not self.tool_steps_only
 
@@ -133,6 +145,9 @@ class TeamConfig(BaseModel):
     ``plan_policy``. A run's request may set its own."""
     plan_policy: str = ""
     """What an ``auto`` reviewer checks each plan against, in plain words."""
+    max_team_depth: int = Field(default=2, ge=0, le=10)
+    """How deep sub-teams may nest: a step of a ``team`` role in a run at this depth (0 is
+    a top-level run) fails instead of starting a child run."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 
@@ -202,7 +217,7 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
     if not roles:
         raise TeamConfigError(f"{source}: no roles; add at least a [roles.<name>] table")
     try:
-        return TeamConfig(roles=roles, **data)
+        team = TeamConfig(roles=roles, **data)
     except ValidationError as exc:  # one line per mistake, without pydantic's decoration
         lines = []
         for error in exc.errors():
@@ -210,6 +225,11 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
             lines.append(f"{source}: {where + ': ' if where else ''}"
                          f"{error['msg'].removeprefix('Value error, ')}")
         raise TeamConfigError("\n".join(lines)) from exc
+    from .subteams import team_problems  # it reads a whole TeamConfig
+
+    if problems := team_problems(team):
+        raise TeamConfigError("\n".join(f"{source}: {p}" for p in problems))
+    return team
 
 
 def load_team(path: Path) -> TeamConfig:
