@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from rich.console import Console
 
 from protocols import (
     ParentStep,
@@ -32,6 +33,7 @@ from runtime.team import TeamConfigError, team_from_dict
 from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 from runtime.tree import follow_tree
+from runtime.view import RunView
 
 from .harness import RUN_TIMEOUT, check_sequence, echo, finish, last_user_message, make_team
 from .harness import plan_line as line
@@ -71,6 +73,8 @@ def hierarchy_rules(research: Sequence[str] = RESEARCH_PLAN) -> list[Rule]:
 class Tree:
     root: str
     events: dict[str, list[RunEvent]] = field(default_factory=dict)
+    order: list[tuple[str, RunEvent]] = field(default_factory=list)
+    """Every event of the tree as it came."""
     requests: list[RecordedRequest] = field(default_factory=list)
 
     def of(self, run_id: str, kind: type[Any]) -> list[Any]:
@@ -95,6 +99,7 @@ async def run_tree(nats_url: str, prefix: str, rules: Sequence[Rule], *,
 
             async def collect(run_id: str, event: RunEvent) -> None:
                 tree.events.setdefault(run_id, []).append(event)
+                tree.order.append((run_id, event))
 
             if during is not None:
                 tg.start_soon(during, bus, accepted.run_id)
@@ -136,6 +141,16 @@ async def test_a_manager_with_two_sub_teams_finishes(nats_url: str, prefix: str)
     assert "- searcher:" not in last_user_message(manager_plan[0])  # the planner's members
     # The parent's usage counts the whole tree's model calls.
     assert tree.last(root).usage.calls == len(tree.requests) == 6  # type: ignore[union-attr]
+    # The watch view nests each child's steps under the step it does.
+    view = RunView(root)
+    for run_id, event in tree.order:
+        view.apply_tree(run_id, event)
+    console = Console(width=160, record=True)
+    console.print(view.render(160))
+    text = console.export_text()
+    for number, role in (("1.1", "searcher"), ("1.2", "searcher"), ("2.1", "writer")):
+        assert any(f" {number} " in ln and role in ln for ln in text.splitlines()), text
+    assert view.children[research].outcome == tree.last(research)
 
 
 async def test_model_calls_flat_against_hierarchical(nats_url: str, prefix: str) -> None:
