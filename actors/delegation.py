@@ -52,6 +52,13 @@ def planner_system_prompt(run: Run) -> str:
     return f"{base}\n\nYou plan for a sub-team. Its brief:\n{brief}"
 
 
+def synthesis_subject(run: Run) -> str:
+    """Where the run's synthesis goes: to its named synthesizer (a sub-team's), or any."""
+    if run.request.synthesizer:
+        return run.bus.subject(Verb.SYNTHESIS_FOR, run.request.synthesizer)
+    return run.bus.subject(Verb.SYNTHESIS)
+
+
 async def cancel_children(run: Run, step_ids: list[int], reason: str) -> None:
     """Cancel the child runs of the running attempts the run is giving up. A child that has
     ended already is not changed; one that cannot be told ends by its own deadline (the

@@ -104,8 +104,9 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
                 return f"sent on {sender!r}'s subject by executor {message.executor!r}"
         case Verdict():
             allowed = team.senders("critic")
-        case SynthesisDecision():
-            allowed = team.senders("synthesizer")
+        case SynthesisDecision():  # a sub-team's run may name its own synthesizer
+            allowed = [run.request.synthesizer] if run.request.synthesizer \
+                else team.senders("synthesizer")
         case ReplanRequest() if message.work or message.failed_step is not None:
             allowed = team.senders("supervisor")
         case RunCancel():  # a child run's parent (its planner, its team lead) may, too

@@ -202,7 +202,7 @@ class Run:
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=self.scheduler.failures,
                              replans_left=replans_left, nonce=nonce())
-        await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
+        await self.bus.publish_durable(delegation.synthesis_subject(self), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
                                               f"/f{self.fence}")
         await self._until(lambda: self.decision is not None)

@@ -130,7 +130,8 @@ class TeamLead(RoleActor):
             max_steps=self.config.max_steps, timeout=max(limit * (1 - MARGIN), 0.1),
             parent=ParentStep(run_id=task.run_id, step_id=step.id, attempt=task.attempt,
                               depth=depth, role=self.name),
-            roles=list(self.config.members), planner_prompt=self.config.planner_prompt)
+            roles=list(self.config.members), planner_prompt=self.config.planner_prompt,
+            synthesizer=self.config.synthesizer)
         wait = _Wait()
         with anyio.move_on_after(max(limit * (1 - MARGIN / 2), 0.1)) as deadline:
             try:

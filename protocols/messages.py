@@ -84,6 +84,9 @@ class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     executor role of the planner's team (or its planner's ``members``)."""
     planner_prompt: Annotated[str, msgspec.Meta(max_length=20_000)] = ""
     """A brief added to the planner's system prompt for this run's plans (a sub-team's)."""
+    synthesizer: Annotated[str, msgspec.Meta(pattern=r"^([A-Za-z0-9_-]{1,64})?(?![\s\S])")] = ""
+    """The synthesizer role that joins this run (its tasks go to ``synthesis-for.<role>``);
+    empty: any synthesizer, on ``synthesis``."""
 
 
 class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):

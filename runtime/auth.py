@@ -116,7 +116,8 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         inbox = [f"_INBOX_{role.name}.>"]
         if role.kind == "planner":
             users[role.name] = Grant([
-                f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.event.*", f"{p}.fence.*",
+                f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.synthesis-for.*",
+                f"{p}.event.*", f"{p}.fence.*",
                 f"{p}.heartbeat.{role.name}.*", f"{p}.error.*", f"{p}.result.*.{role.name}",
                 f"{p}.dead.{role.name}", f"$KV.{runs_bucket(p)}.>", f"$O.{objects_bucket(p)}.>",
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
@@ -137,7 +138,9 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         else:
             consumer = {"critic": "review", "synthesizer": "synthesis"}.get(
                 role.kind, f"step-{role.name}")
-            users[role.name] = Grant(_actor(n, role.name, n.work, consumer),
+            own = _consumer(n.work, f"synthesis-{role.name}") \
+                if role.kind == "synthesizer" else []  # a sub-team's runs may name it
+            users[role.name] = Grant([*_actor(n, role.name, n.work, consumer), *own],
                                      [f"{p}.error.{role.name}", *inbox])
     users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers],
                           [f"{p}.heartbeat.>", f"_INBOX_{CLIENT}.>"])

@@ -13,7 +13,7 @@ from protocols import RunRequest
 
 from .team import MODEL_KINDS, SERVICE_KINDS, TEAM_KIND, RoleConfig, TeamConfig
 
-TEAM_ONLY = ("planner_prompt", "max_replans", "max_steps")
+TEAM_ONLY = ("planner_prompt", "max_replans", "max_steps", "synthesizer")
 """RoleConfig fields that mean something for a ``team`` role only."""
 MEMBERS_KINDS = {TEAM_KIND, "planner"}
 """Kinds whose ``members`` mean something."""
@@ -47,6 +47,10 @@ def _team_role_problems(team: TeamConfig, name: str, role: RoleConfig) -> list[s
     if name in role.members:
         problems.append(f"{where}.members: a team cannot be its own member; make another "
                         "team role its member to nest sub-teams")
+    joiner = team.roles.get(role.synthesizer) if role.synthesizer else None
+    if role.synthesizer and (joiner is None or joiner.kind != "synthesizer"):
+        problems.append(f"{where}.synthesizer: {role.synthesizer!r} is not a synthesizer "
+                        "role of the team; name a role of kind = \"synthesizer\"")
     if role.tools or role.tool_steps_only:
         problems.append(f"{where}.tools: a team role runs no tools itself; give the tools "
                         "to its members")
@@ -86,6 +90,10 @@ def request_problem(team: TeamConfig, request: RunRequest) -> str:
                     f"has no executor role of; its roles: {', '.join(sorted(plannable))}")
         if not request.roles:
             return "the run may use no role at all: give it at least one in `roles`"
+    if request.synthesizer and request.synthesizer not in team.kind_roles("synthesizer"):
+        return (f"the run names synthesizer {request.synthesizer!r}, which this planner's "
+                f"team has no synthesizer role of; its synthesizers: "
+                f"{', '.join(team.kind_roles('synthesizer')) or 'none'}")
     if request.parent is not None and request.parent.depth > team.max_team_depth:
         return (f"the run would be a sub-team at depth {request.parent.depth}, past "
                 f"max_team_depth = {team.max_team_depth}")

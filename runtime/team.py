@@ -108,6 +108,9 @@ class RoleConfig(BaseModel):
     """For a ``team`` role: replan rounds each child run may take inside its own budget."""
     max_steps: int = Field(default=64, ge=1, le=1000)
     """For a ``team`` role: most steps one plan of a child run may have."""
+    synthesizer: str = ""
+    """For a ``team`` role: the synthesizer role that joins its child runs (its own model
+    and prompt); empty: any synthesizer of the deployment."""
 
     def needs_model(self) -> bool:
         if self.kind in SERVICE_KINDS or self.kind == TEAM_KIND:
@@ -183,6 +186,11 @@ class TeamConfig(BaseModel):
         if config is not None and config.step_timeout is not None:
             return config.step_timeout
         return self.timeouts.step
+
+    def dedicated_synthesizers(self) -> set[str]:
+        """Synthesizer roles a ``team`` role names: they join that team's runs only."""
+        return {r.synthesizer for r in self.roles.values()
+                if r.kind == TEAM_KIND and r.synthesizer}
 
     def tool_names(self) -> set[str]:
         """Every tool some executor role may use (they may live only on the workers)."""

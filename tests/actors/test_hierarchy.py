@@ -3,6 +3,7 @@ its own planner brief, executors and replan budget; the tree is followed from th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,9 @@ TOOLS = ["echo", "math", "sleep"]
 HIERARCHY: dict[str, Any] = {
     "planner": {"kind": "planner", "model": "scripted", "members": ["research", "writing"]},
     "research": {"kind": "team", "description": "finds facts", "members": ["searcher"],
-                 "planner_prompt": "You lead the research desk."},
+                 "planner_prompt": "You lead the research desk.",
+                 "synthesizer": "research_synth"},
+    "research_synth": {"kind": "synthesizer", "model": "scripted"},
     "writing": {"kind": "team", "description": "writes reports", "members": ["writer"],
                 "planner_prompt": "You lead the writing desk."},
     "searcher": {"description": "looks facts up", "tools": TOOLS, "tool_steps_only": True,
@@ -63,7 +66,8 @@ def hierarchy_rules(research: Sequence[str] = RESEARCH_PLAN) -> list[Rule]:
         Rule(role="planner", contains="Goal: find facts", lines=list(research)),
         Rule(role="planner", contains="Goal: write report", lines=WRITING_PLAN),
         Rule(role="planner", lines=MANAGER_PLAN),
-        finish("facts A and B", contains="Goal: find facts"),
+        Rule(role="research_synth", contains="Goal: find facts",
+             text=json.dumps({"action": "finish", "answer": "facts A and B"})),
         finish("a report", contains="Goal: write report"),
         finish("final answer"),
     ]
@@ -139,6 +143,12 @@ async def test_a_manager_with_two_sub_teams_finishes(nats_url: str, prefix: str)
     manager_plan = [r for r in tree.requests if "Goal: a report on agents"
                     in last_user_message(r) and r.headers.get("x-plancast-role") == "planner"]
     assert "- searcher:" not in last_user_message(manager_plan[0])  # the planner's members
+    # research's own synthesizer joined its child run; the others went to any synthesizer.
+    joins = [(r.headers.get("x-plancast-role"), "Goal: find facts" in last_user_message(r))
+             for r in tree.requests if "synthesizer" in str(r.headers.get("x-plancast-role"))
+             or r.headers.get("x-plancast-role") == "research_synth"]
+    assert sorted(joins) == [("research_synth", True), ("synthesizer", False),
+                             ("synthesizer", False)]
     # The parent's usage counts the whole tree's model calls.
     assert tree.last(root).usage.calls == len(tree.requests) == 6  # type: ignore[union-attr]
     # The watch view nests each child's steps under the step it does.
@@ -237,7 +247,8 @@ def test_team_roles_are_checked_at_start_up() -> None:
             "planner": {"kind": "planner", "model": "m", "members": ["ghost"]},
             "synthesizer": {"kind": "synthesizer", "model": "m"},
             "solo": {"kind": "team"},
-            "loop": {"kind": "team", "members": ["loop", "synthesizer"], "tools": ["echo"]},
+            "loop": {"kind": "team", "members": ["loop", "synthesizer"], "tools": ["echo"],
+                     "synthesizer": "worker"},
             "worker": {"tools": ["echo"], "tool_steps_only": True, "planner_prompt": "x"},
         },
     }
@@ -248,6 +259,7 @@ def test_team_roles_are_checked_at_start_up() -> None:
     text = str(caught.value)
     for needle in ("no role 'ghost'", "roles.solo: a team role needs members",
                    "cannot be its own member", "'synthesizer' is a synthesizer",
-                   "runs no tools itself", "roles.worker.planner_prompt: only a role of kind"):
+                   "runs no tools itself", "roles.worker.planner_prompt: only a role of kind",
+                   "roles.loop.synthesizer: 'worker' is not a synthesizer role"):
         assert needle in text, text
-    assert len(lines) == 6
+    assert len(lines) == 7
