@@ -27,7 +27,7 @@ from protocols import (
     child_run_id,
 )
 from runtime.bus import Bus
-from runtime.client import cancel, follow, submit
+from runtime.client import RunNotAccepted, cancel, follow, submit
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.team import TeamConfigError, team_from_dict
@@ -238,6 +238,42 @@ async def test_depth_is_bounded_and_a_childs_failure_fails_the_parent_step(
     assert f"sub-team's run {research} failed" in parent_failed[0].error
     assert len(tree.of(root, ReplanStarted)) == 1
     assert isinstance(tree.last(root), RunFinished), tree.events[root]
+
+
+async def test_a_sub_team_past_its_steps_time_fails_the_step_and_ends(
+        nats_url: str, prefix: str) -> None:
+    """The child's deadline is inside the step's timeout: it ends with its reason, the
+    parent step fails (and is replanned), nothing waits on."""
+    slow = [line(1, role="searcher", tool="sleep", args={"seconds": 30})]
+    roles = {"research": {**HIERARCHY["research"], "step_timeout": 3.0},
+             "planner": {**HIERARCHY["planner"], "members": ["research", "writing", "writer"]}}
+    rules = [Rule(role="planner", contains="A new plan is needed",
+                  lines=[echo(3, "without research", role="writer")]),
+             *hierarchy_rules(slow)]
+    tree = await run_tree(nats_url, prefix, rules, roles=roles)
+    root, research = tree.root, child_run_id(tree.root, 1, 1)
+    child_end = tree.last(research)
+    assert isinstance(child_end, RunFailed) and child_end.cause in {"deadline", "cancelled"}
+    failed = tree.of(root, StepFailed)
+    assert ([e.step_id for e in failed] == [1] and research in failed[0].error + \
+        child_end.reason) or "timed out" in failed[0].error, failed
+    assert isinstance(tree.last(root), RunFinished), tree.events[root]
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"roles": ["ghost"]}, "has no executor role of"),
+    ({"roles": []}, "may use no role at all"),
+    ({"synthesizer": "searcher"}, "no synthesizer role of"),
+    ({"parent": ParentStep(run_id="run-x", step_id=1, depth=3)}, "past max_team_depth = 2"),
+])
+async def test_a_planner_refuses_a_sub_team_request_it_cannot_serve(
+        nats_url: str, prefix: str, fields: dict[str, Any], reason: str) -> None:
+    async with open_scripted_model_server(Scenario(rules=hierarchy_rules())) as model:
+        team = make_team(model.base_url, HIERARCHY)
+        async with open_deployment(Settings(nats_url=nats_url, prefix=prefix), team,
+                                   builtin_tools(plugins=False), roles=["planner"]) as bus:
+            with pytest.raises(RunNotAccepted, match=reason):
+                await submit(bus, RunRequest(goal="g", **fields))
 
 
 def test_team_roles_are_checked_at_start_up() -> None:
