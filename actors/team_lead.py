@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 MARGIN = 0.1
 """Share of the step's time kept back from the child run, so the child's own deadline
 fails it (with its reason) before the parent's planner times the step out."""
+TIMER_SLACK = 1.5
+"""Seconds more kept back: a planner checks deadlines about once a second."""
 SUBMIT_WAIT = 10.0
 """Seconds the child run's submission may take (within the step's time)."""
 GOAL_LIMIT = 20_000
@@ -127,7 +129,8 @@ class TeamLead(RoleActor):
         child = child_run_id(task.run_id, step.id, task.attempt)
         request = RunRequest(
             goal=child_goal(task), run_id=child, max_replans=self.config.max_replans,
-            max_steps=self.config.max_steps, timeout=max(limit * (1 - MARGIN), 0.1),
+            max_steps=self.config.max_steps,
+            timeout=max(limit * (1 - MARGIN) - TIMER_SLACK, limit / 2, 0.1),
             parent=ParentStep(run_id=task.run_id, step_id=step.id, attempt=task.attempt,
                               depth=depth, role=self.name),
             roles=list(self.config.members), planner_prompt=self.config.planner_prompt,
