@@ -30,12 +30,12 @@ def run_started(run: Run) -> RunStarted:
                       parent=run.request.parent)
 
 
-def child_of(run: Run, step_id: int, attempt: int) -> str:
-    """The child run of this attempt of the step, if a sub-team does it ("" otherwise)."""
-    meta_step = run.state_of(step_id) is not None and run.scheduler.step(step_id)
-    if not meta_step or not is_team(run.team, meta_step.role):
+def child_of(run: Run, step_id: int, attempt: int | None = None) -> str:
+    """The child run of this attempt (None: the current one) of the step, if a sub-team
+    does it ("" otherwise, and for a step not in the plan)."""
+    if run.state_of(step_id) is None or not is_team(run.team, run.scheduler.step(step_id).role):
         return ""
-    return child_run_id(run.run_id, step_id, attempt)
+    return child_run_id(run.run_id, step_id, attempt or run.scheduler.attempt(step_id))
 
 
 def roles(run: Run) -> list[RoleConfig]:
@@ -64,7 +64,7 @@ async def cancel_children(run: Run, step_ids: list[int], reason: str) -> None:
     ended already is not changed; one that cannot be told ends by its own deadline (the
     step's timeout), so a failure here is logged, never raised."""
     for sid in step_ids:
-        child = child_of(run, sid, run.scheduler.attempt(sid))
+        child = child_of(run, sid)
         if not child:
             continue
         cancel = RunCancel(run_id=child, reason=reason, source=f"run {run.run_id}")

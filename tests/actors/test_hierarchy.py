@@ -240,6 +240,16 @@ async def test_depth_is_bounded_and_a_childs_failure_fails_the_parent_step(
     assert isinstance(tree.last(root), RunFinished), tree.events[root]
 
 
+async def test_the_team_lead_keeps_a_long_step_alive(nats_url: str, prefix: str) -> None:
+    """The child works for longer than the heartbeat timeout: the team lead's heartbeats
+    list the parent's step, so the parent waits for the child's answer."""
+    slow = [line(1, role="searcher", tool="sleep", args={"seconds": 4})]
+    tree = await run_tree(nats_url, prefix, hierarchy_rules(slow), timeouts={"heartbeat": 2.5})
+    root = tree.root
+    assert isinstance(tree.last(root), RunFinished), tree.events[root]
+    assert tree.of(root, StepFailed) == [] and tree.of(root, ReplanStarted) == []
+
+
 async def test_a_sub_team_past_its_steps_time_fails_the_step_and_ends(
         nats_url: str, prefix: str) -> None:
     """The child's deadline is inside the step's timeout: it ends with its reason, the
