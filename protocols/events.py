@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import Message, Usage
-from .messages import ParentStep, RunId
+from .lineage import ParentStep, RunId
 from .plan import Step, StepId
 
 
