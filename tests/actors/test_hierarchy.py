@@ -14,6 +14,7 @@ from rich.console import Console
 
 from protocols import (
     ParentStep,
+    PlanRejected,
     ReplanStarted,
     RunEvent,
     RunFailed,
@@ -190,6 +191,19 @@ async def test_a_child_replans_inside_its_own_budget(nats_url: str, prefix: str)
     assert len(tree.of(research, ReplanStarted)) == 1
     assert tree.of(root, ReplanStarted) == []  # the manager never replanned
     assert tree.of(root, StepFailed) == []
+
+
+async def test_a_childs_plan_may_use_its_members_only(nats_url: str, prefix: str) -> None:
+    """A child plan that gives a step to a role outside its team is rejected like any
+    invalid plan, and written again."""
+    outsider = Rule(role="planner", contains="Goal: find facts", times=1,
+                    lines=[echo(1, "not mine", role="writer")])
+    tree = await run_tree(nats_url, prefix, [outsider, *hierarchy_rules()])
+    research = child_run_id(tree.root, 1, 1)
+    rejected = tree.of(research, PlanRejected)
+    assert len(rejected) == 1 and "unknown role 'writer'" in rejected[0].error, rejected
+    assert "use one of: searcher" in rejected[0].error
+    assert isinstance(tree.last(tree.root), RunFinished)
 
 
 async def test_cancelling_the_parent_cancels_its_children(nats_url: str,
