@@ -14,6 +14,7 @@ from protocols import (
     CriticVerdict,
     RunFinished,
     RunRequest,
+    RunStarted,
     StepDispatched,
     StepFinished,
 )
@@ -130,6 +131,16 @@ async def test_hierarchy_delegates_to_two_sub_teams_and_one_replans_alone(
     assert not any(ln.startswith("replan") for ln in top)
     assert "    replan 1 (planner)" in lines
     assert "    finished: A leap year has 366 days of 24 hours. [2 model calls]" in lines
+    # `plancast watch --json` on the root replays the whole tree, children included.
+    child = lines[0].rsplit(" ", 1)[1]  # "step 1 -> sub-team run <child>"
+    root = child.removesuffix("-s1a1")
+    watched = await plancast("watch", root, "--json", cwd=tmp_path, env=env)
+    assert watched.returncode == 0, stderr_tail(watched)
+    events = events_of(watched)
+    runs = {e.run_id for e in events}
+    assert runs == {root, child, f"{root}-s2a1"}
+    started = [e for e in events if isinstance(e, RunStarted) and e.run_id == child]
+    assert started[0].parent is not None and started[0].parent.run_id == root
 
 
 async def test_plugin_role_is_discovered_and_serves_steps(
