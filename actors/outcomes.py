@@ -26,6 +26,7 @@ from protocols import (
     ReviewTask,
     RunCancel,
     StepClaimed,
+    StepDecision,
     StepResult,
     StepReviewing,
     StepStarted,
@@ -41,7 +42,7 @@ from runtime.errors import StepStateError
 from runtime.scheduler import StepState
 from runtime.team import TEAM_KIND
 
-from . import delegation, plan_review
+from . import delegation, plan_review, step_gates
 from .resume import task_id
 from .run_state import RunFailure
 
@@ -77,6 +78,13 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             await _replan_request(run, message)
         case PlanDecision():
             await _plan_decision(run, message, sender)
+        case StepDecision():
+            problem = step_gates.problem(run, message)
+            if problem:
+                await refuse(run, message, problem, step_id=message.step_id,
+                             attempt=message.attempt, sender=message.by, role=sender)
+            else:
+                await step_gates.decide(run, message)
         case RunCancel():
             who = f" by {message.source}" if message.source else ""
             why = f": {message.reason}" if message.reason else ""
@@ -115,6 +123,8 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
                          if run.request.parent is not None else [])]
         case PlanDecision():  # a person decides as the client; with "auto", the critic
             allowed = [CLIENT] if run.review_mode == "human" else team.senders("critic")
+        case StepDecision():
+            allowed = [CLIENT]
         case WorkError() if message.work in WORK_KINDS:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:
@@ -218,7 +228,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
         output = (await run.bus.get_object(result.output_ref)).decode()
-    if step.review:
+    if run.reviewed(step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,

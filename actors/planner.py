@@ -32,6 +32,7 @@ from protocols import (
     RunRejected,
     RunRequest,
     StepClaimed,
+    StepDecision,
     StepRecord,
     StepResult,
     Stream,
@@ -67,7 +68,7 @@ from .run_state import RunState, restore
 log = logging.getLogger(__name__)
 
 RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, RunCancel,
-                WorkError, PlanDecision)
+                WorkError, PlanDecision, StepDecision)
 READS = 3
 """Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0

@@ -22,7 +22,8 @@ Each step: {"id": N, "role": ROLE, "title": SHORT, "depends_on": [ids],
  then EITHER "tool": NAME, "args": {...}  (runs the tool directly; "$N" in args is step N's output;
    in a "code" argument $N is a Python str value: write it bare, text = $N, never in quotes)
  OR "instruction": TEXT (the role's model does it, seeing its dependencies' outputs),
- optionally "review": true (a critic checks it; use for code) and "success_criteria": TEXT}.
+ optionally "review": true (a critic checks it; use for code), "success_criteria": TEXT
+ and "on_failure": "replan" (default) | "abort" (stop everything) | "continue" (go on without it)}.
 Rules: ids are consecutive integers starting at the number you are given; a step may only
 depend on steps that exist; steps without a path between them run in parallel, so keep
 dependencies to what is really needed; use only the roles and tools listed; a simple goal
@@ -86,7 +87,9 @@ def planner_request(
             lines.append(f"- step {sid} ({step.title or step.tool or 'agent'}): "
                          + data("output", output[:2000]))
     if reason:
-        lines += ["", "A new plan is needed because: " + data("reason", reason)]
+        lines += ["", "A new plan is needed because: " + data("reason", reason),
+                  "Work whose step failed may go to a different role of the list above, "
+                  "in a new step with a new id."]
     if accepted:
         lines += ["", "These steps of your plan were accepted and are running; do not repeat "
                   "them, continue after them:"]

@@ -46,7 +46,7 @@ from runtime.errors import ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
-from . import delegation, outcomes, run_state
+from . import delegation, outcomes, run_state, step_gates
 from .resume import Tail, task_id
 from .run_plan import plan_round
 from .run_state import PREVIEW, RunFailure, RunState
@@ -87,6 +87,10 @@ class Run:
         self.plan_decision: PlanDecision | None = None
         self.decided = anyio.Event()
         """Set when a decision on the awaiting plan has been accepted."""
+        self.gates: dict[int, tuple[int, float]] = {}
+        """Steps held at their approval gate: the attempt waiting, and until when."""
+        self.passed: set[tuple[int, int]] = set()
+        """Step attempts a person approved."""
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = self.tail.usage or record.usage
         self.plan_closed = record.plan_closed
@@ -169,6 +173,7 @@ class Run:
             async with self.lock:  # a step that waits on nothing must not be left behind
                 stray = self.scheduler.promote()
                 await self.dispatch(stray)
+                self._check_abort()  # also for a failure a previous owner recorded
             if stray and self.replan is None:
                 continue
             reason, source = self._why_replan()
@@ -199,8 +204,11 @@ class Run:
         self.synthesis_round, self.synthesis_since = self.scheduler.round, time.time()
         await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
+        # What an on_failure "continue" left out is told too.
+        failures = self.scheduler.failures | dict.fromkeys(
+            self.scheduler.blocked(), "not run: a step it needs failed")
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
-                             results=self.scheduler.results, failures=self.scheduler.failures,
+                             results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
         await self.bus.publish_durable(delegation.synthesis_subject(self), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
@@ -249,8 +257,10 @@ class Run:
     async def dispatch(self, steps: list[Step]) -> None:
         now = time.time()
         for step in steps:
-            self.scheduler.start(step.id)
             attempt = self.scheduler.attempt(step.id)
+            if await step_gates.hold(self, step, attempt):
+                continue  # ready, waiting for a person's approval
+            self.scheduler.start(step.id)
             self.meta[step.id].new_attempt(now)
             await self._send(step, attempt, task_id(self.run_id, step.id, attempt, self.fence))
             await self.events.emit(StepDispatched(run_id=self.run_id, step_id=step.id,
@@ -318,6 +328,7 @@ class Run:
             await self.dispatch([step])
         else:
             self.scheduler.fail(step.id, error)
+            self._check_abort()
             self.check_round_over()
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
@@ -341,6 +352,10 @@ class Run:
         await self.events.emit(event)
 
     # -- helpers -------------------------------------------------------------------------
+
+    def reviewed(self, step: Step) -> bool:
+        """Does the step's output go to the critic? Asked for, or criteria to check."""
+        return step.review or bool(step.success_criteria and self.team.kind_roles("critic"))
 
     @property
     def holding(self) -> bool:
@@ -369,13 +384,21 @@ class Run:
         if self.scheduler.closed and self.scheduler.is_done():
             self.notify()
 
+    def _check_abort(self) -> None:
+        """A failed step whose ``on_failure`` is ``abort`` ends the run now."""
+        for sid, error in self.scheduler.failures.items():
+            if self.scheduler.step(sid).on_failure == "abort":
+                self.abort(RunFailure("execute", f"step {sid} failed and its on_failure is "
+                                      f"\"abort\": {error}", "step_failed"))
+
     def _why_replan(self) -> tuple[str, str]:
         if self.replan is not None:
             return self.replan.reason, self.replan.source
-        failures = self.scheduler.failures
+        failures = {sid: error for sid, error in self.scheduler.failures.items()
+                    if self.scheduler.step(sid).on_failure != "continue"}
         if failures:
-            return "; ".join(f"step {sid} failed: {err}" for sid, err in failures.items()), \
-                "planner"
+            return "; ".join(f"step {sid} failed (role {self.scheduler.step(sid).role}): {err}"
+                             for sid, err in failures.items()), "planner"
         return "", ""
 
     async def _finish(self, answer: str) -> None:

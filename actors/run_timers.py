@@ -20,6 +20,7 @@ from protocols import Step, Stream
 from runtime.bus import Fenced
 from runtime.scheduler import StepState
 
+from . import step_gates
 from .run_state import RunFailure, StepMeta
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ async def check(run: Run) -> None:
                         e.error)
             await run.forget_tasks([e.step.id])
             await run.step_failed(e.step, e.attempt, e.error, e.retry, e.cause)
-    if expired:
+        closed_too_long = await step_gates.expire(run, now)
+    if expired or closed_too_long:
         await run.save()
 
 

@@ -22,6 +22,8 @@ from .events import RunFailed as RunFailed
 from .events import RunFinished as RunFinished
 from .events import RunResumed as RunResumed
 from .events import RunStarted as RunStarted
+from .events import StepApproved as StepApproved
+from .events import StepAwaitingApproval as StepAwaitingApproval
 from .events import StepDispatched as StepDispatched
 from .events import StepFailed as StepFailed
 from .events import StepFinished as StepFinished
@@ -45,6 +47,7 @@ from .messages import RunCancel as RunCancel
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest
 from .messages import StepClaimed as StepClaimed
+from .messages import StepDecision as StepDecision
 from .messages import StepResult as StepResult
 from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision

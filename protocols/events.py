@@ -105,7 +105,8 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     """Why, as a word: ``error`` (the executor reported it), ``timeout`` (start-to-close),
     ``heartbeat`` (its executor went silent), ``unserved`` (no live executor of its role),
     ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out),
-    ``unclaimed`` (a result came without a claim that counts)."""
+    ``unclaimed`` (a result came without a claim that counts), ``declined`` (a person
+    rejected it at its approval gate), ``approval`` (nobody decided at its gate in time)."""
 
 
 class StepReviewing(Event, frozen=True, kw_only=True, tag="event.step.reviewing"):
@@ -193,8 +194,9 @@ class RunFailed(Event, frozen=True, kw_only=True, tag="event.run.failed"):
     """Why, as a word: ``plan`` (no valid plan), ``model`` (the planner's model failed),
     ``no_replans``, ``deadline`` (the run's timeout), ``synthesis`` (it could not be done),
     ``synthesis_timeout``, ``unserved`` (no live synthesizer), ``approval`` (nobody decided
-    on a plan awaiting approval in time), ``storage`` (a stream was
-    full), ``cancelled`` (a client's ``run.cancel``), ``crash``."""
+    on a plan awaiting approval in time), ``storage`` (a stream was full), ``cancelled`` (a
+    client's ``run.cancel``), ``step_failed`` (a step with ``on_failure`` "abort" failed),
+    ``crash``."""
 
 
 class PlanAwaitingApproval(Event, frozen=True, kw_only=True,
@@ -225,6 +227,28 @@ class PlanApproved(Event, frozen=True, kw_only=True, tag="event.plan.approved"):
     """What the edit changed, step by step."""
 
 
+class StepAwaitingApproval(Event, frozen=True, kw_only=True,
+                           tag="event.step.awaiting_approval"):
+    """The step is ready but runs only once a person approves this attempt."""
+
+    step_id: StepId
+    attempt: int
+    role: str
+    reason: str
+    """Why it needs approval (its role, or a tool it may use)."""
+    deadline: float
+    """Unix time after which the attempt fails (``[timeouts] approval``)."""
+
+
+class StepApproved(Event, frozen=True, kw_only=True, tag="event.step.approved"):
+    """The attempt held at its approval gate may run; it is dispatched next."""
+
+    step_id: StepId
+    attempt: int
+    by: str
+    """Who approved it."""
+
+
 RunEvent = (
     RunStarted
     | PlanStarted
@@ -233,6 +257,8 @@ RunEvent = (
     | PlanFinished
     | PlanAwaitingApproval
     | PlanApproved
+    | StepAwaitingApproval
+    | StepApproved
     | StepDispatched
     | StepStarted
     | StepFinished

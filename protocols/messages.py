@@ -214,6 +214,24 @@ class PlanDecision(Message, frozen=True, kw_only=True, tag="plan.decision"):
     """Who decided (a person, a program, a critic), for the run's record."""
 
 
+class StepDecision(Message, frozen=True, kw_only=True, tag="step.decision"):
+    """A person's answer to a step held at its approval gate (a role with ``approval`` or
+    a tool in ``approve_tools``), on ``<prefix>.result.<run_id>.client``."""
+
+    run_id: RunId
+    """The run."""
+    step_id: StepId
+    """The step awaiting approval."""
+    attempt: int
+    """Its attempt (from ``event.step.awaiting_approval``): each attempt is approved anew."""
+    approved: bool
+    """True lets it run; False fails it (``on_failure`` says what then)."""
+    reason: str = ""
+    """Why it was rejected."""
+    by: str = ""
+    """Who decided, for the run's record."""
+
+
 class Verdict(Message, frozen=True, kw_only=True, tag="review.verdict"):
     """The critic's judgement on one attempt of one step."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -34,7 +34,11 @@ class Step(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fals
     review: bool = False
     """Send the output to the critic before it counts as done."""
     success_criteria: str = ""
-    """What a correct output looks like, for the executor and the critic."""
+    """What a correct output looks like, for the executor and the critic (a team with a
+    critic has every step that states criteria reviewed against them)."""
+    on_failure: Literal["replan", "abort", "continue"] = "replan"
+    """When the step fails for good: ask for a new plan round, fail the whole run at once,
+    or go on without it (what needs it does not run; the synthesizer is told)."""
     title: str = ""
     """A short label for progress views."""
     timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None

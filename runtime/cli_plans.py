@@ -20,11 +20,14 @@ from rich.table import Table
 from protocols import (
     OutcomeRefused,
     PlanApproved,
+    PlanAwaitingApproval,
     PlanRejected,
+    RunEvent,
     RunFailed,
     RunFinished,
     Step,
-    encode,
+    StepApproved,
+    StepFailed,
 )
 from protocols.codec import UNREADABLE
 
@@ -40,10 +43,16 @@ from .cli import (
 )
 from .cli_runs import _deployment
 from .cli_setup import build_settings, console, print_error, setup_logging
-from .client import follow, last_event
+from .client import events_so_far, follow, last_event
 from .connection import open_bus
 from .plans import PlanFileError, dump, parameters, plan_of_run
-from .review import decide_plan, plan_awaiting
+from .review import (
+    NothingAwaitsApproval,
+    awaiting_plan,
+    awaiting_steps,
+    decide_plan,
+    decide_step,
+)
 from .settings import Settings
 from .status import read_run
 
@@ -100,7 +109,7 @@ DECISION_WAIT = 15.0
 
 @plan_app.command("show")
 def show(
-    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
@@ -108,39 +117,60 @@ def show(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Show the plan a run holds for approval (``--json``: edit its steps for --edit)."""
+    """Show what a run holds for approval: a plan round, steps at their gate (``--json``:
+    ``{"plan": ..., "steps": [...]}``; edit the plan's steps for ``approve --edit``)."""
     setup_logging(verbose, quiet=True)
     settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan show")
 
     async def main() -> int:
         async with open_bus(settings, ensure_streams=False) as bus:
-            plan = await plan_awaiting(bus, run_id)
+            events = await events_so_far(bus, run_id)
+        plan, gated = awaiting_plan(events), list(awaiting_steps(events).values())
+        if plan is None and not gated:
+            raise NothingAwaitsApproval(f"nothing of run {run_id} awaits approval now (see "
+                                        f"`plancast watch {run_id}`)")
         if as_json:
-            sys.stdout.buffer.write(msgspec.json.format(encode(plan), indent=2) + b"\n")
+            shown = msgspec.json.encode({"plan": plan, "steps": gated})
+            sys.stdout.buffer.write(msgspec.json.format(shown, indent=2) + b"\n")
             return 0
-        console.print(f"run {run_id}: plan of round {plan.round} awaits approval "
-                      f"({plan.reviewer}, {max(plan.deadline - time.time(), 0):.0f}s left; "
-                      f"digest {plan.digest})", markup=False, soft_wrap=True)
-        table = Table()
-        for column in ("id", "role", "does", "after"):
-            table.add_column(column)
-        for step in plan.steps:
-            does = (f"{step.tool} {msgspec.json.encode(step.args).decode()}" if step.tool
-                    else step.instruction or "")
-            table.add_row(str(step.id), step.role, escape(does[:200]),
-                          ", ".join(map(str, step.depends_on)))
-        console.print(table)
+        if plan is not None:
+            _show_plan(run_id, plan)
+        for gate in gated:
+            console.print(f"run {run_id}: step {gate.step_id} (attempt {gate.attempt}, role "
+                          f"{gate.role}) awaits approval: {gate.reason}; "
+                          f"{max(gate.deadline - time.time(), 0):.0f}s left", markup=False,
+                          soft_wrap=True)
         return 0
 
     _run_async(main, verbose=verbose)
 
 
+def _show_plan(run_id: str, plan: PlanAwaitingApproval) -> None:
+    console.print(f"run {run_id}: plan of round {plan.round} awaits approval "
+                  f"({plan.reviewer}, {max(plan.deadline - time.time(), 0):.0f}s left; "
+                  f"digest {plan.digest})", markup=False, soft_wrap=True)
+    table = Table()
+    for column in ("id", "role", "does", "after"):
+        table.add_column(column)
+    for step in plan.steps:
+        does = (f"{step.tool} {msgspec.json.encode(step.args).decode()}" if step.tool
+                else step.instruction or "")
+        table.add_row(str(step.id), step.role, escape(does[:200]),
+                      ", ".join(map(str, step.depends_on)))
+    console.print(table)
+
+
+StepOpt = Annotated[int | None, typer.Option(
+    "--step", help="Decide on this step, held at its approval gate, instead of the plan.")]
+
+
 @plan_app.command("approve")
 def approve(
-    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
     edit: Annotated[Path | None, typer.Option(
         help="Approve these steps instead (JSON: a list of steps, or `plan show --json`'s "
              "output edited); checked like the model's plan.")] = None,
+    step: StepOpt = None,
     by: Annotated[str, typer.Option(help="Who approves, for the run's record.")] = "",
     nats: NatsOpt = None,
     creds: CredsOpt = None,
@@ -148,18 +178,20 @@ def approve(
     connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Approve the plan a run holds (or an edit of it): its steps start."""
+    """Approve the plan a run holds (or an edit of it), or one step at its gate: it runs."""
     setup_logging(verbose, quiet=True)
     settings = _deployment(build_settings(nats, creds, prefix, connect_timeout),
                            "plan approve")
     steps = _edited_steps(edit) if edit is not None else None
-    _decide(settings, run_id, approved=True, steps=steps, reason="", by=by, verbose=verbose)
+    _decide(settings, run_id, step, approved=True, steps=steps, reason="", by=by,
+            verbose=verbose)
 
 
 @plan_app.command("reject")
 def reject(
-    run_id: Annotated[str, typer.Argument(help="A run whose plan awaits approval.")],
+    run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
     reason: Annotated[str, typer.Option(help="What is wrong: the planner's model reads it.")],
+    step: StepOpt = None,
     by: Annotated[str, typer.Option(help="Who rejects, for the run's record.")] = "",
     nats: NatsOpt = None,
     creds: CredsOpt = None,
@@ -167,34 +199,39 @@ def reject(
     connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Reject the plan a run holds: the planner's model writes it again, told why."""
+    """Reject the plan a run holds (the planner's model writes it again, told why), or one
+    step at its gate (it fails; its on_failure says what then)."""
     setup_logging(verbose, quiet=True)
     settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan reject")
-    _decide(settings, run_id, approved=False, steps=None, reason=reason, by=by, verbose=verbose)
+    _decide(settings, run_id, step, approved=False, steps=None, reason=reason, by=by,
+            verbose=verbose)
 
 
-def _decide(settings: Settings, run_id: str, *, approved: bool, steps: list[Step] | None,
-            reason: str, by: str, verbose: bool) -> None:
-    """Send the decision, then say whether the run took it (its next plan event) or refused
-    it (an ``outcome.refused``), waiting at most DECISION_WAIT."""
+def _decide(settings: Settings, run_id: str, step_id: int | None, *, approved: bool,
+            steps: list[Step] | None, reason: str, by: str, verbose: bool) -> None:
+    """Send the decision, then say whether the run took it or refused it (an
+    ``outcome.refused``), waiting at most DECISION_WAIT."""
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
 
     async def main() -> int:
         async with open_bus(settings) as bus:
             before = await last_event(bus, run_id)  # what comes after answers this decision
-            plan = await decide_plan(bus, run_id, approved=approved, steps=steps,
-                                     reason=reason, by=who)
+            if step_id is None:
+                plan = await decide_plan(bus, run_id, approved=approved, steps=steps,
+                                         reason=reason, by=who)
+                what, kind = f"plan of round {plan.round}", "plan.decision"
+            else:
+                gate = await decide_step(bus, run_id, step_id, approved=approved,
+                                         reason=reason, by=who)
+                what, kind = f"step {step_id} (attempt {gate.attempt})", "step.decision"
             with anyio.move_on_after(DECISION_WAIT):
                 async for event in follow(bus, run_id):
-                    if event.seq <= (before.seq if before else plan.seq):
+                    if event.seq <= (before.seq if before else 0):
                         continue
-                    if isinstance(event, PlanApproved | PlanRejected):
-                        done = "approved" if isinstance(event, PlanApproved) else \
-                            "rejected: the planner writes it again"
-                        console.print(f"run {run_id}: plan of round {plan.round} {done}",
-                                      markup=False)
+                    if answer := _answer(event, step_id):
+                        console.print(f"run {run_id}: {what} {answer}", markup=False)
                         return 0
-                    if isinstance(event, OutcomeRefused) and event.kind == "plan.decision":
+                    if isinstance(event, OutcomeRefused) and event.kind == kind:
                         print_error(f"the run refused the decision: {event.reason}")
                         return 1
             print_error(f"sent; run {run_id} has not taken the decision within "
@@ -204,11 +241,27 @@ def _decide(settings: Settings, run_id: str, *, approved: bool, steps: list[Step
     _run_async(main, verbose=verbose)
 
 
+def _answer(event: RunEvent, step_id: int | None) -> str:
+    """What the event says of the decision on the plan (``step_id`` None) or the step."""
+    if step_id is None:
+        if isinstance(event, PlanApproved):
+            return "approved"
+        if isinstance(event, PlanRejected):
+            return "rejected: the planner writes it again"
+    elif isinstance(event, StepApproved) and event.step_id == step_id:
+        return "approved: it runs now"
+    elif isinstance(event, StepFailed) and event.step_id == step_id:
+        return "rejected: it failed"
+    return ""
+
+
 def _edited_steps(path: Path) -> list[Step]:
     """The steps of an --edit file: a list of steps, or an object with ``steps``."""
     try:
         raw = msgspec.json.decode(path.read_bytes())
-        return msgspec.convert(raw.get("steps") if isinstance(raw, dict) else raw, list[Step])
+        if isinstance(raw, dict):  # `plan show --json`'s output, or a plan event
+            raw = (raw.get("plan") or raw).get("steps")
+        return msgspec.convert(raw, list[Step])
     except FileNotFoundError:
         raise PlanFileError(f"--edit {path}: no such file") from None
     except (*UNREADABLE, msgspec.ValidationError) as exc:

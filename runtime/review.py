@@ -1,4 +1,5 @@
-"""The client's side of plan review: find the plan a run holds for approval, decide on it.
+"""The client's side of plan review and step gates: find what a run holds for approval (a
+plan round, or a high-risk step), decide on it.
 
 A run with ``review_plan = "human"`` announces each plan round with
 ``event.plan.awaiting_approval`` and runs none of it until a ``plan.decision`` naming that
@@ -19,6 +20,10 @@ from protocols import (
     RunFailed,
     RunFinished,
     Step,
+    StepApproved,
+    StepAwaitingApproval,
+    StepDecision,
+    StepFailed,
     Verb,
 )
 
@@ -50,6 +55,35 @@ async def plan_awaiting(bus: Bus, run_id: str) -> PlanAwaitingApproval:
         raise NothingAwaitsApproval(f"no plan of run {run_id} awaits approval now (see "
                                     f"`plancast watch {run_id}`)")
     return plan
+
+
+def awaiting_steps(events: list[RunEvent]) -> dict[int, StepAwaitingApproval]:
+    """The step attempts these events leave waiting at their approval gate, by step."""
+    waiting: dict[int, StepAwaitingApproval] = {}
+    for event in events:
+        if isinstance(event, StepAwaitingApproval):
+            waiting[event.step_id] = event
+        elif isinstance(event, StepApproved | StepFailed) and event.step_id in waiting \
+                and waiting[event.step_id].attempt == event.attempt:
+            del waiting[event.step_id]
+        elif isinstance(event, ReplanStarted | RunFinished | RunFailed):
+            waiting.clear()
+    return waiting
+
+
+async def decide_step(bus: Bus, run_id: str, step_id: int, *, approved: bool,
+                      reason: str = "", by: str = "") -> StepAwaitingApproval:
+    """Let a step held at its approval gate run, or fail it; returns what was decided on."""
+    step = awaiting_steps(await events_so_far(bus, run_id)).get(step_id)
+    if step is None:
+        raise NothingAwaitsApproval(f"step {step_id} of run {run_id} does not await approval "
+                                    f"now (see `plancast plan show {run_id}`)")
+    await bus.publish_durable(
+        bus.subject(Verb.RESULT, run_id, "client"),
+        StepDecision(run_id=run_id, step_id=step_id, attempt=step.attempt, approved=approved,
+                     reason=reason, by=by),
+        msg_id=f"{run_id}/gate/{step_id}/{step.attempt}/{nuid()}")
+    return step
 
 
 async def decide_plan(bus: Bus, run_id: str, *, approved: bool, steps: list[Step] | None = None,

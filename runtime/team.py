@@ -65,8 +65,9 @@ class Timeouts(BaseModel):
     plan: float = Field(default=300.0, gt=0)
     """One streamed plan, from the request to its last line."""
     approval: float = Field(default=3600.0, gt=0)
-    """A plan awaiting approval (``review_plan``), from the moment it is proposed to the
-    decision; with ``auto`` review the critic has ``review`` seconds instead."""
+    """A plan awaiting approval (``review_plan``), or a step at its approval gate, from the
+    moment it is announced to the decision; with ``auto`` plan review the critic has
+    ``review`` seconds instead."""
     run: float = Field(default=0.0, ge=0)
     """The whole run, unless its request sets ``timeout``; 0 means no overall deadline."""
 
@@ -94,6 +95,9 @@ class RoleConfig(BaseModel):
     """Model/tool round trips one agent step may take."""
     step_timeout: float | None = Field(default=None, gt=0)
     """Start-to-close timeout of this role's steps; None uses ``[timeouts] step``."""
+    approval: bool = False
+    """Each step of this role waits for a person's approval before it runs (high-risk
+    work: ``plancast plan approve RUN --step N``), each attempt anew."""
     tool_steps_only: bool = False
     """An executor that only runs tool steps, so it needs no model."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -148,6 +152,9 @@ class TeamConfig(BaseModel):
     ``plan_policy``. A run's request may set its own."""
     plan_policy: str = ""
     """What an ``auto`` reviewer checks each plan against, in plain words."""
+    approve_tools: list[str] = Field(default_factory=list)
+    """Steps that call, or may call, these tools wait for a person's approval before each
+    attempt runs (``rm``, ``deploy``, ``http_post`` ...), whatever their role."""
     max_team_depth: int = Field(default=2, ge=0, le=10)
     """How deep sub-teams may nest: a step of a ``team`` role in a run at this depth (0 is
     a top-level run) fails instead of starting a child run."""

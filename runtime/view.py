@@ -21,6 +21,8 @@ from protocols import (
     RunFinished,
     RunResumed,
     RunStarted,
+    StepApproved,
+    StepAwaitingApproval,
     StepDispatched,
     StepFailed,
     StepFinished,
@@ -98,6 +100,11 @@ class RunView:
                             default=0)
                 self.rows[s.id] = _Row(s.title or s.tool or (s.instruction or "")[:40], s.role,
                                        ",".join(map(str, s.depends_on)) or "-", depth=depth)
+            case StepAwaitingApproval():
+                row = self.rows[event.step_id]
+                row.state, row.note = "awaiting approval", event.reason[:200]
+            case StepApproved():
+                self.rows[event.step_id].note = f"approved by {event.by}"
             case StepDispatched():
                 row = self.rows[event.step_id]
                 row.state, row.attempt = "dispatched", event.attempt

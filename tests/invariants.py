@@ -45,6 +45,10 @@ Attempt = tuple[int, int]
 """(step id, attempt)."""
 
 
+GATE_CAUSES = ("declined", "approval")
+"""Why an attempt held at its approval gate fails without ever being dispatched."""
+
+
 def event_log_violations(events: Sequence[RunEvent], *, complete: bool = True) -> list[str]:
     """Every broken rule in one run's events (in seq order); empty if none.
 
@@ -174,7 +178,7 @@ class _StepRules:
             if event.executor and claimed and event.executor not in claimed:
                 self.bad("claimant", event, f"finished by {event.executor}, which never "
                          f"claimed it (claimants: {', '.join(sorted(claimed))})")
-        elif key not in self.dispatched:
+        elif key not in self.dispatched and event.cause not in GATE_CAUSES:
             self.bad("dispatched-first", event, f"attempt {event.attempt} of step "
                      f"{event.step_id} failed ({event.cause or 'error'}) but was never "
                      "dispatched")

@@ -13,6 +13,7 @@ from protocols import (
     PlanStarted,
     RunFinished,
     RunRequest,
+    StepAwaitingApproval,
     StepFinished,
 )
 from runtime.bus import Bus
@@ -22,7 +23,7 @@ from runtime.settings import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
-from ..actors.harness import echo, finish, make_team
+from ..actors.harness import echo, finish, make_team, plan_line
 from ..subprocesses import events_of, plancast, stderr_tail
 
 pytestmark = pytest.mark.anyio
@@ -103,7 +104,7 @@ async def test_review_a_plan_from_the_shell(nats_url: str, prefix: str, tmp_path
             await plan_awaiting_soon(bus, first.run_id)
             shown = await plancast("plan", "show", first.run_id, "--json", *where, cwd=tmp_path)
             table = await plancast("plan", "show", first.run_id, *where, cwd=tmp_path)
-            plan = json.loads(shown.stdout)
+            plan = json.loads(shown.stdout)["plan"]
             plan["steps"][0]["args"]["text"] = "hi"
             (tmp_path / "bad.json").write_text(json.dumps([{**plan["steps"][0], "role": "x"}]))
             (tmp_path / "edit.json").write_text(json.dumps(plan))
@@ -133,7 +134,7 @@ async def test_review_a_plan_from_the_shell(nats_url: str, prefix: str, tmp_path
     assert approved.by == "ada" and approved.changes == "step 1: args"
     said = nothing.stderr.decode().strip().splitlines()
     assert nothing.returncode == 2 and said == [
-        f"error: no plan of run {first.run_id} awaits approval now (see `plancast watch "
+        f"error: nothing of run {first.run_id} awaits approval now (see `plancast watch "
         f"{first.run_id}`)"], said
     assert rejected.returncode == 0, stderr_tail(rejected)
     assert "rejected: the planner writes it again" in rejected.stdout.decode()
@@ -143,3 +144,32 @@ async def plan_awaiting_soon(bus: Bus, run_id: str) -> None:
     async for event in follow(bus, run_id):
         if isinstance(event, PlanAwaitingApproval):
             return
+
+
+async def test_approve_a_step_at_its_gate_from_the_shell(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    where = ["--nats", nats_url, "--prefix", prefix]
+    rules = [Rule(role="planner", lines=[plan_line(1, tool="math", args={"expression": "2+2"})]),
+             finish("4")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url, approve_tools=["math"]),
+                                   builtin_tools(plugins=False)) as bus:
+            run = await submit(bus, RunRequest(goal="add"))
+            async for event in follow(bus, run.run_id):
+                if isinstance(event, StepAwaitingApproval):
+                    break
+            shown = await plancast("plan", "show", run.run_id, *where, cwd=tmp_path)
+            approved = await plancast("plan", "approve", run.run_id, "--step", "1", *where,
+                                      cwd=tmp_path)
+            again = await plancast("plan", "approve", run.run_id, "--step", "1", *where,
+                                   cwd=tmp_path)
+            events = [e async for e in follow(bus, run.run_id)]
+    assert "step 1 (attempt 1, role worker) awaits approval: it calls math" in \
+        shown.stdout.decode()
+    assert approved.returncode == 0, stderr_tail(approved)
+    assert approved.stdout.decode().strip() == f"run {run.run_id}: step 1 (attempt 1) approved: " \
+        "it runs now"
+    assert again.returncode == 2 and "does not await approval" in again.stderr.decode()
+    assert isinstance(events[-1], RunFinished)
