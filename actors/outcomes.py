@@ -40,8 +40,9 @@ from protocols import (
 from runtime.auth import CLIENT
 from runtime.errors import StepStateError
 from runtime.scheduler import StepState
+from runtime.team import TEAM_KIND
 
-from . import plan_review, step_gates
+from . import delegation, plan_review, step_gates
 from .resume import task_id
 from .run_state import RunFailure
 
@@ -115,12 +116,15 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
                 return f"sent on {sender!r}'s subject by executor {message.executor!r}"
         case Verdict():
             allowed = team.senders("critic")
-        case SynthesisDecision():
-            allowed = team.senders("synthesizer")
+        case SynthesisDecision():  # a sub-team's run may name its own synthesizer
+            allowed = [run.request.synthesizer] if run.request.synthesizer \
+                else team.senders("synthesizer")
         case ReplanRequest() if message.work or message.failed_step is not None:
             allowed = team.senders("supervisor")
-        case RunCancel():
-            allowed = [CLIENT, *team.kind_roles("supervisor")]
+        case RunCancel():  # a child run's parent (its planner, its team lead) may, too
+            allowed = [CLIENT, *team.kind_roles("supervisor"),
+                       *(team.kind_roles("planner") + team.kind_roles(TEAM_KIND)
+                         if run.request.parent is not None else [])]
         case PlanDecision():  # a person decides as the client; with "auto", the critic
             allowed = [CLIENT] if run.review_mode == "human" else team.senders("critic")
         case StepDecision():
@@ -176,7 +180,9 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
     run.touch(claim.step_id)
     await run.events.emit(StepStarted(run_id=run.run_id, step_id=claim.step_id,
                                       attempt=claim.attempt, executor=claim.executor,
-                                      delivery=claim.delivery, heartbeat=claim.heartbeat))
+                                      delivery=claim.delivery, heartbeat=claim.heartbeat,
+                                      child_run=delegation.child_of(run, claim.step_id,
+                                                                    claim.attempt)))
 
 
 async def _result(run: Run, result: StepResult, patient: bool, role: str) -> None:

@@ -61,6 +61,7 @@ from runtime.plan_constraint import TEXT_CHARS
 from runtime.plans import check_plan
 from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
+from runtime.subteams import plan_roles, request_problem
 
 from . import outcomes, run_timers
 from .liveness import Liveness
@@ -132,6 +133,9 @@ class Planner(RoleActor):
                 f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
                 "the team file); submit again once some have ended, or start another planner")))
             return
+        if problem := request_problem(self.ctx.team, request):
+            await delivery.respond(RunRejected(reason=problem))
+            return
         if request.plan is not None:  # a saved plan: checked like a model's, before it runs
             try:
                 check_plan(request.plan, self.ctx.team, self.known_tools,
@@ -198,7 +202,8 @@ class Planner(RoleActor):
             if not fresh:  # a step the header lists has no record: rebuild it from the log
                 steps |= await planned_steps(self.bus, record, set(record.order) - steps.keys())
         return await restore(
-            record, steps, known_roles=[r.name for r in self.ctx.team.executors()],
+            record, steps, known_roles=[r.name for r in plan_roles(
+                self.ctx.team, record.request, self.config)],
             known_tools=self.known_tools, fetch=self.bus.get_object)
 
     async def _drive(self, record: RunRecord, revision: int, adopted: bool,

@@ -25,7 +25,6 @@ from protocols import (
     RunFailed,
     RunFinished,
     RunResumed,
-    RunStarted,
     Step,
     StepClaimed,
     StepDispatched,
@@ -48,7 +47,7 @@ from runtime.errors import ModelConfigError, ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_key, identity_of
 from runtime.scheduler import StepState
 
-from . import outcomes, run_state, step_gates
+from . import delegation, outcomes, run_state, step_gates
 from .resume import Tail, task_id
 from .run_plan import plan_round
 from .run_state import PREVIEW, RunFailure, RunState
@@ -157,8 +156,7 @@ class Run:
             await self._ended(self.tail.terminal)
             return
         if self.events.next_seq == 1:
-            await self.events.emit(RunStarted(run_id=self.run_id, goal=req.goal,
-                                              planner=self.planner.owner_id))
+            await self.events.emit(delegation.run_started(self))
         elif resumed:
             await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
                                               previous=self.previous_owner,
@@ -215,7 +213,7 @@ class Run:
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
-        await self.bus.publish_durable(self.bus.subject(Verb.SYNTHESIS), task,
+        await self.bus.publish_durable(delegation.synthesis_subject(self), task,
                                        msg_id=f"{self.run_id}/synthesis/{plan.round}"
                                               f"/f{self.fence}",
                                        headers=telemetry.task_headers(self.run_id))
@@ -339,6 +337,7 @@ class Run:
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
         """Delete the queued tasks of attempts given up, so no executor runs them late."""
+        await delegation.cancel_children(self, step_ids, "the parent run gave the step up")
         work = stream_name(self.bus.prefix, Stream.WORK)
         for sid in step_ids:
             meta = self.meta.get(sid)

@@ -24,7 +24,7 @@ from runtime.plan_schema import drop_nulls
 from runtime.plans import check_tool_allowed
 from runtime.structured import Constraint, plan_constraint
 
-from . import plan_review, prompts
+from . import delegation, plan_review, prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 
 if TYPE_CHECKING:
@@ -58,13 +58,13 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
                                           model=model.settings.model))
         constraint = _constraint(run, accepted)
         content = prompts.planner_request(
-            run.request.goal, team.executors(), run.planner.ctx.tools, first_id=_next_id(run),
+            run.request.goal, delegation.roles(run), run.planner.ctx.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
             as_object=constraint is not None and constraint.framing == "steps",
         )
         messages: list[ChatMessage] = [
-            {"role": "system", "content": run.planner.config.system_prompt or prompts.PLANNER},
+            {"role": "system", "content": delegation.planner_system_prompt(run)},
             {"role": "user", "content": content}]
         try:
             with telemetry.plan_span(run.run_id, run.planner.name, round_, attempt) as span:
@@ -188,7 +188,8 @@ def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
     shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
                        prior=[s.id for s in run.scheduler.steps],
                        max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1,
-                       text_chars=options.get("plan_text_chars", TEXT_CHARS))
+                       text_chars=options.get("plan_text_chars", TEXT_CHARS),
+                       allowed=delegation.roles(run))
     return plan_constraint(run.planner.model.settings.structured, shape)
 
 

@@ -72,7 +72,9 @@ async def check(run: Run) -> None:
                                  f"{timeouts.synthesis:g}s ([timeouts] synthesis)",
                                  "synthesis_timeout"))
             return
-        why = await _unserved(run, "synthesizer", "synthesis", run.synthesis_since)
+        named = run.request.synthesizer  # a sub-team's run may name its synthesizer
+        why = await _unserved(run, "synthesizer", f"synthesis-{named}" if named else "synthesis",
+                              run.synthesis_since, role=named or None)
         if why:
             run.abort(RunFailure("synthesize", why, "unserved"))
             return

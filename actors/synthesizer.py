@@ -22,14 +22,19 @@ from ._json import DecisionAnswer, find_json_object
 
 
 class Synthesizer(RoleActor):
-    """Pulls ``<prefix>.synthesis``; answers with a decision on
+    """Pulls ``<prefix>.synthesis`` and ``<prefix>.synthesis-for.<role>`` (runs that name it,
+    a sub-team's; a team's own synthesizer pulls only those); answers with a decision on
     ``<prefix>.result.<run_id>.<role>``."""
 
     role = "synthesizer"
     role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
     def sources(self) -> Sequence[Source]:
-        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis")]
+        own = WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS_FOR, self.name),
+                        f"synthesis-{self.name}")
+        if self.name in self.ctx.team.dedicated_synthesizers():  # a sub-team's own
+            return [own]
+        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.SYNTHESIS), "synthesis"), own]
 
     def describe(self, message: Message) -> str:
         assert isinstance(message, SynthesisTask)

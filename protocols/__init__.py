@@ -32,6 +32,9 @@ from .events import StepReviewing as StepReviewing
 from .events import StepStarted as StepStarted
 from .events import UsageRecorded as UsageRecorded
 from .events import WorkFailed as WorkFailed
+from .lineage import ParentStep as ParentStep
+from .lineage import RunId as RunId
+from .lineage import child_run_id as child_run_id
 from .messages import ActorError as ActorError
 from .messages import Heartbeat as Heartbeat
 from .messages import Offloaded as Offloaded
@@ -41,7 +44,6 @@ from .messages import ReplanRequest as ReplanRequest
 from .messages import ReviewTask as ReviewTask
 from .messages import RunAccepted as RunAccepted
 from .messages import RunCancel as RunCancel
-from .messages import RunId as RunId
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest
 from .messages import StepClaimed as StepClaimed

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import Message, Usage
-from .messages import RunId
+from .lineage import ParentStep, RunId
 from .plan import Step, StepId
 
 
@@ -30,6 +30,9 @@ class RunStarted(Event, frozen=True, kw_only=True, tag="event.run.started"):
     """The run's goal."""
     planner: str = ""
     """The planner instance that owns the run."""
+    parent: ParentStep | None = None
+    """For a sub-team's run: the parent run's step it answers (so a subscriber can place it
+    in the tree); None for a top-level run."""
 
 
 class PlanStarted(Event, frozen=True, kw_only=True, tag="event.plan.started"):
@@ -77,6 +80,9 @@ class StepStarted(Event, frozen=True, kw_only=True, tag="event.step.started"):
     """The task's JetStream delivery count (above 1: a redelivery after a silent executor)."""
     heartbeat: float = 0.0
     """Seconds between the executor's heartbeats (0: it sends none)."""
+    child_run: str = ""
+    """For a step of a ``team`` role: the run its sub-team starts for this attempt (follow
+    its events to watch the step inside); empty for other steps."""
 
 
 class StepFinished(Event, frozen=True, kw_only=True, tag="event.step.finished"):

@@ -8,14 +8,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from ._base import Message, ObjectRef, Usage
+from .lineage import TOKEN_PATTERN, ParentStep, RunId
 from .plan import Plan, Step, StepId
-
-TOKEN_PATTERN = r"^[A-Za-z0-9_-]{1,64}(?![\s\S])"
-"""A subject-safe token. The lookahead ends the string in Python and JSON Schema alike
-(``$`` would let a trailing newline through in Python)."""
-
-RunId = Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]
-"""A run's id; also a subject token, so letters, digits, ``_`` and ``-`` only."""
 
 
 def new_run_id() -> str:
@@ -48,6 +42,16 @@ class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
     review_plan: Literal["off", "human", "auto"] | None = None
     """Hold each plan round for approval before any of it runs: by a person (``human``) or
     the critic (``auto``); None uses the team's ``review_plan``."""
+    parent: ParentStep | None = None
+    """For a sub-team's run: the parent run's step it answers; None for a top-level run."""
+    roles: list[Annotated[str, msgspec.Meta(pattern=TOKEN_PATTERN)]] | None = None
+    """The executor roles this run's plans may use (a sub-team's members); None: every
+    executor role of the planner's team (or its planner's ``members``)."""
+    planner_prompt: Annotated[str, msgspec.Meta(max_length=20_000)] = ""
+    """A brief added to the planner's system prompt for this run's plans (a sub-team's)."""
+    synthesizer: Annotated[str, msgspec.Meta(pattern=r"^([A-Za-z0-9_-]{1,64})?(?![\s\S])")] = ""
+    """The synthesizer role that joins this run (its tasks go to ``synthesis-for.<role>``);
+    empty: any synthesizer, on ``synthesis``."""
 
 
 class RunAccepted(Message, frozen=True, kw_only=True, tag="run.accepted"):

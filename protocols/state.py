@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import Message, ObjectRef, Usage
-from .messages import RunId, RunRequest
+from .lineage import RunId
+from .messages import RunRequest
 from .plan import Step
 
 StepStatus = Literal["pending", "ready", "running", "done", "failed"]

@@ -28,6 +28,9 @@ class Verb(enum.Enum):
     """Review tasks for the critic (work stream)."""
     SYNTHESIS = ("synthesis", 0)
     """Synthesis tasks for the synthesizer (work stream)."""
+    SYNTHESIS_FOR = ("synthesis-for", 1)
+    """``synthesis-for.<role>``: synthesis tasks of runs that name their synthesizer role (a
+    sub-team's run), for that role only (work stream)."""
     RESULT = ("result", 2)
     """``result.<run_id>.<role>``: what a role sends back to a run's planner (claims, results,
     verdicts, decisions, replan requests). The role token says who may have sent it: each
@@ -90,7 +93,7 @@ def subject(prefix: str, verb: Verb, *tokens: str, wildcard: bool = False) -> st
 class Stream(enum.Enum):
     """The JetStream streams a deployment uses, with the verbs each one captures."""
 
-    WORK = ("WORK", (Verb.STEP, Verb.REVIEW, Verb.SYNTHESIS))
+    WORK = ("WORK", (Verb.STEP, Verb.REVIEW, Verb.SYNTHESIS, Verb.SYNTHESIS_FOR))
     """Tasks for executors, the critic and the synthesizer (work-queue retention)."""
     RESULTS = ("RESULTS", (Verb.RESULT,))
     """Outcomes travelling back to the planner (work-queue retention)."""

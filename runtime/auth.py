@@ -27,7 +27,7 @@ from pathlib import Path
 from protocols import Stream, objects_bucket, runs_bucket, stream_name
 
 from .errors import PlancastError
-from .team import TeamConfig
+from .team import TEAM_KIND, TeamConfig
 
 CONF_FILE = "nats-auth.conf"
 """The server configuration's ``authorization`` block, for nats-server's ``include``."""
@@ -110,12 +110,15 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         raise CredsError(f"role names {sorted(taken)} are taken by plancast's own NATS users: "
                          "rename those roles in the team file")
     users: dict[str, Grant] = {ADMIN: Grant([">"], [">"], responses=True, provisions=True)}
+    readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_consumers(n.events),
+               *_consumers(n.kv), *_reads(n.events), *_reads(n.kv), *_reads(n.objects)]
     for role in team.roles.values():
         inbox = [f"_INBOX_{role.name}.>"]
         if role.kind == "planner":
             users[role.name] = Grant([
-                f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.event.*", f"{p}.fence.*",
-                f"{p}.heartbeat.{role.name}.*", f"{p}.error.*",
+                f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.synthesis-for.*",
+                f"{p}.event.*", f"{p}.fence.*",
+                f"{p}.heartbeat.{role.name}.*", f"{p}.error.*", f"{p}.result.*.{role.name}",
                 f"{p}.dead.{role.name}", f"$KV.{runs_bucket(p)}.>", f"$O.{objects_bucket(p)}.>",
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
                 *_consumers(n.results), *_consumers(n.kv), *_consumers(n.events),
@@ -128,13 +131,17 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 f"$JS.API.STREAM.MSG.DELETE.{n.work}",
             ], [f"{p}.heartbeat.>", f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{n.work}.*",
                 f"{p}.error.{role.name}", *inbox])
+        elif role.kind == TEAM_KIND:  # a team lead submits child runs and follows events
+            users[role.name] = Grant([*_actor(n, role.name, n.work, f"step-{role.name}"),
+                                      f"{p}.run.submit", *readers], [f"{p}.error.{role.name}",
+                                                                     *inbox])
         else:
             consumer = {"critic": "review", "synthesizer": "synthesis"}.get(
                 role.kind, f"step-{role.name}")
-            users[role.name] = Grant(_actor(n, role.name, n.work, consumer),
+            own = _consumer(n.work, f"synthesis-{role.name}") \
+                if role.kind == "synthesizer" else []  # a sub-team's runs may name it
+            users[role.name] = Grant([*_actor(n, role.name, n.work, consumer), *own],
                                      [f"{p}.error.{role.name}", *inbox])
-    readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_consumers(n.events),
-               *_consumers(n.kv), *_reads(n.events), *_reads(n.kv), *_reads(n.objects)]
     users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers],
                           [f"{p}.heartbeat.>", f"_INBOX_{CLIENT}.>"])
     users[WATCHER] = Grant(readers, [f"{p}.heartbeat.>", f"_INBOX_{WATCHER}.>"])

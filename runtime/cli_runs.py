@@ -19,7 +19,7 @@ import msgspec
 import typer
 from rich.live import Live
 
-from protocols import RunFailed, RunFinished, RunRequest, encode
+from protocols import RunEvent, RunFailed, RunFinished, RunRequest, encode
 
 from . import plans, preflight
 from .bus import Bus
@@ -47,6 +47,7 @@ from .status import collect_runs, read_run, render_runs
 from .testing import load_scenario, open_scripted_model_server
 from .tools import builtin_tools
 from .tools.sandbox import find_bwrap
+from .tree import follow_tree
 from .view import RunView
 
 
@@ -64,16 +65,20 @@ async def _show(bus: Bus, run_id: str, as_json: bool, *, cancels: bool) -> int:
     view = RunView(run_id)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_interrupt, bus, run_id, tg.cancel_scope, cancels)
-        if as_json:
-            async for event in follow(bus, run_id):
-                view.apply(event)
+        if as_json:  # the run's events and its sub-team runs', each with its run id
+            async def write(rid: str, event: RunEvent) -> None:
+                view.apply_tree(rid, event)
                 sys.stdout.write(encode(event).decode() + "\n")
                 sys.stdout.flush()
+
+            await follow_tree(bus, run_id, write)
         else:
             with Live(view.render(console.width), console=console, refresh_per_second=8) as live:
-                async for event in follow(bus, run_id):
-                    view.apply(event)
+                async def show(rid: str, event: RunEvent) -> None:
+                    view.apply_tree(rid, event)
                     live.update(view.render(console.width))
+
+                await follow_tree(bus, run_id, show)
         tg.cancel_scope.cancel()
     if view.outcome is None:
         if cancels:

@@ -25,7 +25,7 @@ from .gbnf import Expr, Grammar, Lit, Ref, Rep, alt, opt, seq
 from .gbnf_json import JsonRules
 
 if TYPE_CHECKING:
-    from .team import TeamConfig
+    from .team import RoleConfig, TeamConfig
     from .tools import ToolRegistry
 
 __all__ = ["MAX_CONSTRAINED_STEPS", "TEXT_CHARS", "PlanShape", "RoleTools", "plan_grammar",
@@ -100,11 +100,14 @@ class PlanShape:
 
 def plan_shape(team: TeamConfig, tools: ToolRegistry, *, first_id: int,
                prior: Collection[int], max_steps: int, min_steps: int = 1,
-               text_chars: int = TEXT_CHARS) -> PlanShape | None:
-    """The shape of a plan for ``team``; None when no executor role can take a step."""
+               text_chars: int = TEXT_CHARS,
+               allowed: Collection[RoleConfig] | None = None) -> PlanShape | None:
+    """The shape of a plan for ``team`` using the ``allowed`` roles (every executor role by
+    default); None when no role can take a step. A sub-team takes instructions."""
     roles = []
-    for role in team.executors():
-        agent = not role.tool_steps_only and role.model is not None
+    for role in team.executors() if allowed is None else allowed:
+        # A sub-team (kind "team") has no model of its own but takes instructions.
+        agent = role.kind == "team" or (not role.tool_steps_only and role.model is not None)
         if role.tools or agent:
             roles.append(RoleTools(role.name, tuple(dict.fromkeys(role.tools)), agent))
     if not roles or max_steps < max(min_steps, 1):

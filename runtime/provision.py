@@ -260,8 +260,12 @@ def team_queues(prefix: str, team: TeamConfig) -> list[WorkQueue]:
             case "critic":
                 queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.REVIEW), "review"))
             case "synthesizer":
-                queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.SYNTHESIS),
-                                        "synthesis"))
+                if role.name not in team.dedicated_synthesizers():
+                    queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.SYNTHESIS),
+                                            "synthesis"))
+                queues.append(WorkQueue(Stream.WORK, subject(prefix, Verb.SYNTHESIS_FOR,
+                                                             role.name),
+                                        f"synthesis-{role.name}"))
             case "supervisor":
                 queues.append(WorkQueue(Stream.DEAD, subject(prefix, Verb.DEAD, wildcard=True),
                                         role.name))

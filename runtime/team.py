@@ -33,6 +33,8 @@ MODEL_KINDS = {"planner", "critic", "synthesizer"}
 """Kinds that always talk to a model."""
 SERVICE_KINDS = {"supervisor"}
 """Kinds that are neither executors nor model users."""
+TEAM_KIND = "team"
+"""A role whose steps a sub-team does: each starts a child run (``actors.team_lead``)."""
 
 DEFAULT_MAX_TOKENS = {"planner": 2048, "executor": 2048, "critic": 512, "synthesizer": 1024}
 """Completion tokens a role's model call may take when its model preset sets no
@@ -110,9 +112,22 @@ class RoleConfig(BaseModel):
     """An executor that only runs tool steps, so it needs no model."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Kind-specific options (see each role's docs)."""
+    members: list[str] = Field(default_factory=list)
+    """For a ``team`` role: the roles its child runs' plans may use (executors, or teams in
+    turn). For a ``planner``: the roles top-level plans may use (empty: every executor)."""
+    planner_prompt: str = Field(default="", max_length=20_000)
+    """For a ``team`` role: its sub-team's brief, added to the planner's system prompt when
+    it plans a child run."""
+    max_replans: int = Field(default=1, ge=0, le=10)
+    """For a ``team`` role: replan rounds each child run may take inside its own budget."""
+    max_steps: int = Field(default=64, ge=1, le=1000)
+    """For a ``team`` role: most steps one plan of a child run may have."""
+    synthesizer: str = ""
+    """For a ``team`` role: the synthesizer role that joins its child runs (its own model
+    and prompt); empty: any synthesizer of the deployment."""
 
     def needs_model(self) -> bool:
-        if self.kind in SERVICE_KINDS:
+        if self.kind in SERVICE_KINDS or self.kind == TEAM_KIND:
             return False
         return self.kind in MODEL_KINDS or not self.tool_steps_only
 
@@ -150,6 +165,9 @@ class TeamConfig(BaseModel):
     approve_tools: list[str] = Field(default_factory=list)
     """Steps that call, or may call, these tools wait for a person's approval before each
     attempt runs (``rm``, ``deploy``, ``http_post`` ...), whatever their role."""
+    max_team_depth: int = Field(default=2, ge=0, le=10)
+    """How deep sub-teams may nest: a step of a ``team`` role in a run at this depth (0 is
+    a top-level run) fails instead of starting a child run."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
 
@@ -186,6 +204,11 @@ class TeamConfig(BaseModel):
             return config.step_timeout
         return self.timeouts.step
 
+    def dedicated_synthesizers(self) -> set[str]:
+        """Synthesizer roles a ``team`` role names: they join that team's runs only."""
+        return {r.synthesizer for r in self.roles.values()
+                if r.kind == TEAM_KIND and r.synthesizer}
+
     def tool_names(self) -> set[str]:
         """Every tool some executor role may use (they may live only on the workers)."""
         return {t for r in self.executors() for t in r.tools}
@@ -220,7 +243,7 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
     if not roles:
         raise TeamConfigError(f"{source}: no roles; add at least a [roles.<name>] table")
     try:
-        return TeamConfig(roles=roles, **data)
+        team = TeamConfig(roles=roles, **data)
     except ValidationError as exc:  # one line per mistake, without pydantic's decoration
         lines = []
         for error in exc.errors():
@@ -228,6 +251,11 @@ def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> Team
             lines.append(f"{source}: {where + ': ' if where else ''}"
                          f"{error['msg'].removeprefix('Value error, ')}")
         raise TeamConfigError("\n".join(lines)) from exc
+    from .subteams import team_problems  # it reads a whole TeamConfig
+
+    if problems := team_problems(team):
+        raise TeamConfigError("\n".join(f"{source}: {p}" for p in problems))
+    return team
 
 
 def load_team(path: Path) -> TeamConfig:

@@ -51,6 +51,8 @@ class _Row:
     note: str = ""
     verdict: str = ""
     depth: int = 0
+    child: str = ""
+    """The sub-team run doing this step's current attempt (a ``team`` role's step)."""
 
 
 @dataclass
@@ -63,6 +65,30 @@ class RunView:
     notes: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     outcome: RunFinished | RunFailed | None = None
+    children: dict[str, RunView] = field(default_factory=dict)
+    """Views of the sub-team runs under this run's steps, by run id."""
+
+    def apply_tree(self, run_id: str, event: RunEvent) -> None:
+        """Fold an event of this run or of a sub-team run under it (``runtime.tree``)."""
+        view = self.find(run_id)
+        if view is not None:
+            view.apply(event)
+
+    def find(self, run_id: str) -> RunView | None:
+        """The view of this run or of a run under it."""
+        if run_id == self.run_id:
+            return self
+        for child in self.children.values():
+            if (found := child.find(run_id)) is not None:
+                return found
+        return None
+
+    def progress(self) -> str:
+        """One line on where the run stands, for its parent step's row."""
+        if self.outcome is not None:
+            return "finished" if isinstance(self.outcome, RunFinished) else "failed"
+        done = sum(r.state == "done" for r in self.rows.values())
+        return f"{done}/{len(self.rows)} steps done"
 
     def apply(self, event: RunEvent) -> None:
         match event:
@@ -85,6 +111,9 @@ class RunView:
             case StepStarted():
                 row = self.rows[event.step_id]
                 row.state, row.executor, row.started = "running", event.executor, event.ts
+                if event.child_run:
+                    row.child = event.child_run
+                    self.children.setdefault(event.child_run, RunView(event.child_run))
             case StepFinished():
                 row = self.rows[event.step_id]
                 row.state, row.note = "done", event.output.replace("\n", " ")[:200]
@@ -137,21 +166,34 @@ class RunView:
             table.add_column(col, no_wrap=True, max_width=24)
         room = max(12, width - 92)
         table.add_column("output", no_wrap=True, max_width=room)
-        now = time.time()
+        for cells in self._lines(room, "", 0):
+            table.add_row(*cells)
+        parts: list[RenderableType] = [table]
+        parts += [Text(n, style="yellow") for n in self.notes[-3:]]
+        parts.append(Text(usage_line(self.usage), style="dim"))
+        return Group(*parts)
+
+
+    def _lines(self, room: int, number: str, level: int) -> list[list[RenderableType]]:
+        """The table's rows: each step, and under a step done by a sub-team, its child run's
+        steps, numbered ``step.child_step`` and indented one level more."""
+        now, lines = time.time(), list[list[RenderableType]]()
         for sid, row in sorted(self.rows.items()):
             took = row.took if row.took is not None else (
                 now - row.started if row.started and row.state == "running" else None)
             state = row.state + (f" #{row.attempt}" if row.attempt > 1 else "")
             # The DAG's shape: each step indented below the deepest step it depends on.
             shape = ("  " * (row.depth - 1) + "└ " if row.depth else "") + row.title
-            table.add_row(str(sid), row.role, row.deps, shape,
+            child = self.children.get(row.child)
+            note = row.note or row.executor
+            if child is not None and row.state == "running":
+                note = f"sub-team {row.child}: {child.progress()}"
+            lines.append([f"{number}{sid}", row.role, row.deps, "  " * level + shape,
                           Text(state, style=_STYLE.get(row.state, "")), row.verdict,
-                          f"{took:.2f}s" if took is not None else "",
-                          _clip(row.note or row.executor, room))
-        parts: list[RenderableType] = [table]
-        parts += [Text(n, style="yellow") for n in self.notes[-3:]]
-        parts.append(Text(usage_line(self.usage), style="dim"))
-        return Group(*parts)
+                          f"{took:.2f}s" if took is not None else "", _clip(note, room)])
+            if child is not None:
+                lines += child._lines(room, f"{number}{sid}.", level + 1)
+        return lines
 
 
 def _clip(text: str, width: int) -> str:

@@ -14,6 +14,7 @@ from protocols import (
     CriticVerdict,
     RunFinished,
     RunRequest,
+    RunStarted,
     StepDispatched,
     StepFinished,
 )
@@ -112,6 +113,34 @@ async def test_plan_review_edits_then_rejects_and_rewrites(
     assert rejected.returncode == 0, stderr_tail(rejected)
     lines = rejected.stdout.decode().splitlines()
     assert "rejected: never production" in lines and lines[-1] == "step 2: deploy build to canary"
+
+
+async def test_hierarchy_delegates_to_two_sub_teams_and_one_replans_alone(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The manager's two steps are child runs, shown indented under them; the research
+    desk's failed step is replanned inside the child; the manager never replans."""
+    env = clean_env(NATS_URL=nats_url, PLANCAST_PREFIX=prefix)
+    result = await run(PYTHON, str(EXAMPLES / "hierarchy" / "run.py"), cwd=tmp_path, env=env)
+    assert result.returncode == 0, stderr_tail(result)
+    lines = result.stdout.decode().splitlines()
+    top = [ln for ln in lines if not ln.startswith(" ")]
+    assert top[-2:] == ["finished: A leap year has 366 days of 24 hours (8784 hours). "
+                        "[7 model calls]", "(every model answer came from a scripted model)"]
+    assert "step 1 done: 24 hours a day; 366 days in a leap year" in top
+    assert not any(ln.startswith("replan") for ln in top)
+    assert "    replan 1 (planner)" in lines
+    assert "    finished: A leap year has 366 days of 24 hours. [2 model calls]" in lines
+    # `plancast watch --json` on the root replays the whole tree, children included.
+    child = lines[0].rsplit(" ", 1)[1]  # "step 1 -> sub-team run <child>"
+    root = child.removesuffix("-s1a1")
+    watched = await plancast("watch", root, "--json", cwd=tmp_path, env=env)
+    assert watched.returncode == 0, stderr_tail(watched)
+    events = events_of(watched)
+    runs = {e.run_id for e in events}
+    assert runs == {root, child, f"{root}-s2a1"}
+    started = [e for e in events if isinstance(e, RunStarted) and e.run_id == child]
+    assert started[0].parent is not None and started[0].parent.run_id == root
 
 
 async def test_plugin_role_is_discovered_and_serves_steps(
