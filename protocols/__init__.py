@@ -73,6 +73,7 @@ from .subjects import InvalidSubjectToken as InvalidSubjectToken
 from .subjects import Stream as Stream
 from .subjects import Verb as Verb
 from .subjects import objects_bucket as objects_bucket
+from .subjects import plans_bucket as plans_bucket
 from .subjects import runs_bucket as runs_bucket
 from .subjects import stream_name as stream_name
 from .subjects import subject as subject

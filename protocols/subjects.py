@@ -125,6 +125,11 @@ def runs_bucket(prefix: str) -> str:
     return f"{_name_base(prefix)}_RUNS"
 
 
+def plans_bucket(prefix: str) -> str:
+    """The key-value bucket holding plans saved by name (``plancast plan save --name``)."""
+    return f"{_name_base(prefix)}_PLANS"
+
+
 def objects_bucket(prefix: str) -> str:
     """The object store bucket holding payloads too large for a message."""
     return f"{_name_base(prefix)}_OBJECTS"

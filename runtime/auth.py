@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocols import Stream, objects_bucket, runs_bucket, stream_name
+from protocols import Stream, objects_bucket, plans_bucket, runs_bucket, stream_name
 
 from .errors import PlancastError
 from .team import TEAM_KIND, TeamConfig
@@ -61,6 +61,7 @@ class Names:
     dead: str = field(init=False)
     kv: str = field(init=False)
     objects: str = field(init=False)
+    plans: str = field(init=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -68,6 +69,7 @@ class Names:
             set_(self, kind.name.lower(), stream_name(self.prefix, kind))
         set_(self, "kv", f"KV_{runs_bucket(self.prefix)}")
         set_(self, "objects", f"OBJ_{objects_bucket(self.prefix)}")
+        set_(self, "plans", f"KV_{plans_bucket(self.prefix)}")
 
     @property
     def streams(self) -> list[str]:
@@ -142,9 +144,11 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 if role.kind == "synthesizer" else []  # a sub-team's runs may name it
             users[role.name] = Grant([*_actor(n, role.name, n.work, consumer), *own],
                                      [f"{p}.error.{role.name}", *inbox])
-    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers],
+    plans = [f"$JS.API.STREAM.INFO.{n.plans}", *_consumers(n.plans), *_reads(n.plans)]
+    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers, *plans,
+                           f"$KV.{plans_bucket(p)}.>"],
                           [f"{p}.heartbeat.>", f"_INBOX_{CLIENT}.>"])
-    users[WATCHER] = Grant(readers, [f"{p}.heartbeat.>", f"_INBOX_{WATCHER}.>"])
+    users[WATCHER] = Grant([*readers, *plans], [f"{p}.heartbeat.>", f"_INBOX_{WATCHER}.>"])
     return users
 
 

@@ -45,7 +45,14 @@ from .cli_runs import _deployment
 from .cli_setup import build_settings, console, print_error, setup_logging
 from .client import events_so_far, follow, last_event
 from .connection import open_bus
-from .plans import PlanFileError, dump, parameters, plan_of_run
+from .plans import (
+    PlanFileError,
+    dump,
+    parameters,
+    plan_of_run,
+    store_plan,
+    stored_plans,
+)
 from .review import (
     NothingAwaitsApproval,
     awaiting_plan,
@@ -66,6 +73,9 @@ def save(
     run_id: Annotated[str, typer.Argument(help="A finished run (see `plancast runs`).")],
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="File to write (default: stdout).")] = None,
+    name: Annotated[str | None, typer.Option(
+        help="Also keep it in the deployment under this name (`plancast plan list`; run it "
+             "with `plancast run --plan NAME`).")] = None,
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
@@ -91,13 +101,49 @@ def save(
                             f"(`plancast watch {run_id}`)")
                 return 2
             plan = await plan_of_run(bus, run_id)
-        if output is None:
+            if name is not None:
+                await store_plan(bus, name, plan)
+        names = ", ".join(sorted(parameters(plan))) or "none"
+        where = [f"{output}" if output else "", f"the deployment as {name!r}" if name else ""]
+        if output is None and name is None:
             sys.stdout.buffer.write(dump(plan))
             return 0
-        output.write_bytes(dump(plan))
-        names = ", ".join(sorted(parameters(plan))) or "none"
-        console.print(f"saved {len(plan.steps)} steps of run {run_id} to {output} "
-                      f"(parameters: {names})", markup=False)
+        if output is not None:
+            output.write_bytes(dump(plan))
+        console.print(f"saved {len(plan.steps)} steps of run {run_id} to "
+                      f"{' and '.join(w for w in where if w)} (parameters: {names})",
+                      markup=False)
+        return 0
+
+    _run_async(main, verbose=verbose)
+
+
+@plan_app.command("list")
+def list_plans(
+    nats: NatsOpt = None,
+    creds: CredsOpt = None,
+    prefix: PrefixOpt = None,
+    connect_timeout: ConnectTimeoutOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The plans kept in the deployment by name: goal, steps, parameters."""
+    setup_logging(verbose, quiet=True)
+    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan list")
+
+    async def main() -> int:
+        async with open_bus(settings, ensure_streams=False) as bus:
+            found = await stored_plans(bus)
+        if as_json:
+            sys.stdout.buffer.write(msgspec.json.encode(found) + b"\n")
+            return 0
+        table = Table(title=f"saved plans ({len(found)})", title_justify="left")
+        for column in ("name", "goal", "steps", "parameters", "from run"):
+            table.add_column(column)
+        for name, plan in found.items():
+            table.add_row(name, escape(plan.goal[:60]), str(len(plan.steps)),
+                          ", ".join(sorted(parameters(plan))), plan.source_run)
+        console.print(table)
         return 0
 
     _run_async(main, verbose=verbose)

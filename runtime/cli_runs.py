@@ -19,7 +19,7 @@ import msgspec
 import typer
 from rich.live import Live
 
-from protocols import RunEvent, RunFailed, RunFinished, RunRequest, encode
+from protocols import RunEvent, RunFailed, RunFinished, RunRequest, SavedPlan, encode
 
 from . import plans, preflight
 from .bus import Bus
@@ -163,8 +163,9 @@ def run(
     as_json: JsonOpt = False,
     max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
     max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
-    plan: Annotated[Path | None, typer.Option(
-        help="Run this saved plan (`plancast plan save`) with no planner model call.")] = None,
+    plan: Annotated[str | None, typer.Option(
+        help="Run a saved plan with no planner model call: a file (`plancast plan save -o`) "
+             "or a name stored in the deployment (`plancast plan save --name`).")] = None,
     param: Annotated[list[str] | None, typer.Option(
         help="NAME=VALUE for a {{NAME}} of the plan (repeatable).")] = None,
     review_plan: Annotated[ReviewMode | None, typer.Option(
@@ -175,14 +176,29 @@ def run(
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
     setup_logging(verbose, quiet=True)
     settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
-    request = _request(goal, plan, param or [], max_replans=max_replans, max_steps=max_steps)
-    if review_plan is not None:
-        request = msgspec.structs.replace(request, review_plan=review_plan.value)
+    stored = plan is not None and not _is_file(plan)  # a name in the deployment's bucket
+    if stored and not settings.nats_url:
+        _usage_error(f"--plan {plan}: no such file, and a plan stored by name needs a "
+                     "deployment: pass --nats (or start one with `plancast up`)")
+
+    def request_of(saved: SavedPlan | None) -> RunRequest:
+        made = _request(goal, saved, param or [], max_replans=max_replans,
+                        max_steps=max_steps)
+        if review_plan is None:
+            return made
+        return msgspec.structs.replace(made, review_plan=review_plan.value)
+
+    try:
+        request = None if stored else request_of(plans.load(Path(plan)) if plan else None)
+    except plans.PlanFileError as exc:
+        _usage_error(str(exc))
 
     async def main() -> int:
         if settings.nats_url:
             async with open_bus(settings) as bus:
-                return await _run_and_show(bus, request, as_json)
+                wanted = request or request_of(await plans.stored_plan(bus, plan or ""))
+                return await _run_and_show(bus, wanted, as_json)
+        assert request is not None
         team_config = _team(team)
         tools = team_tools(team_config)
         preflight.check(team_config, tools)
@@ -207,21 +223,25 @@ class ReviewMode(enum.Enum):
     auto = "auto"
 
 
-def _request(goal: str | None, plan_file: Path | None, params: list[str], *,
+def _is_file(plan: str) -> bool:
+    """``--plan`` names a file (else a plan stored in the deployment)."""
+    return Path(plan).exists() or plan.endswith(".json") or "/" in plan
+
+
+def _request(goal: str | None, saved: SavedPlan | None, params: list[str], *,
              max_replans: int, max_steps: int) -> RunRequest:
-    """The run to submit: a goal for the planner's model, or a saved plan filled in."""
-    if plan_file is None:
+    """The run to submit: a goal for the planner's model, or a saved plan filled in;
+    PlanFileError says what is missing."""
+    if saved is None:
         if params:
-            _usage_error("--param fills a saved plan: give --plan FILE too")
+            raise plans.PlanFileError("--param fills a saved plan: give --plan FILE|NAME too")
         if not goal:
-            _usage_error("give a goal (plancast run \"...\"), or a saved plan with --plan FILE")
-        return RunRequest(goal=goal or "", max_replans=max_replans, max_steps=max_steps)
-    try:
-        saved = plans.fill(plans.load(plan_file), plans.parse_params(params))
-    except plans.PlanFileError as exc:
-        _usage_error(str(exc))
-    return RunRequest(goal=goal or saved.goal, plan=saved.steps, max_replans=max_replans,
-                      max_steps=max(max_steps, len(saved.steps)))
+            raise plans.PlanFileError("give a goal (plancast run \"...\"), or a saved plan "
+                                      "with --plan FILE|NAME")
+        return RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
+    filled = plans.fill(saved, plans.parse_params(params))
+    return RunRequest(goal=goal or filled.goal, plan=filled.steps, max_replans=max_replans,
+                      max_steps=max(max_steps, len(filled.steps)))
 
 
 def _usage_error(message: str) -> NoReturn:

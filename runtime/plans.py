@@ -10,12 +10,14 @@ it is sent, and again by the planner, like any plan a model writes.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from protocols import (
     RunFailed,
@@ -25,12 +27,14 @@ from protocols import (
     Step,
     StepFinished,
     StepPlanned,
+    plans_bucket,
 )
 from protocols.codec import UNREADABLE
 
 from .bus import Bus
 from .client import follow
 from .errors import PlancastError, PlanValidationError
+from .kv import current_values
 from .scheduler import Scheduler
 from .team import TeamConfig
 
@@ -147,3 +151,53 @@ def check_tool_allowed(team: TeamConfig, step: Step, known_tools: Collection[str
             f"step {step.id}: role {step.role!r} may not use tool {step.tool!r}; "
             f"its tools are: {', '.join(role.tools) or 'none'}. Assign the step to a role "
             "that has the tool.", step_id=step.id)
+
+
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A stored plan's name (a key of the deployment's plans bucket)."""
+
+
+async def _plans(bus: Bus) -> Any:
+    try:
+        return await bus.js.key_value(plans_bucket(bus.prefix))
+    except BucketNotFoundError:
+        raise PlanFileError(f"this deployment ({bus.server_url}, prefix {bus.prefix!r}) has no "
+                            "plans bucket yet: run `plancast provision` with the admin's "
+                            "credentials") from None
+
+
+def _checked(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise PlanFileError(f"plan name {name!r}: use 1 to 64 letters, digits, '-' or '_'")
+    return name
+
+
+async def store_plan(bus: Bus, name: str, plan: SavedPlan) -> None:
+    """Keep ``plan`` in the deployment under ``name`` (a newer one replaces it)."""
+    kv = await _plans(bus)
+    await kv.put(_checked(name), dump(plan))
+
+
+async def stored_plan(bus: Bus, name: str) -> SavedPlan:
+    """The plan stored under ``name``."""
+    kv = await _plans(bus)
+    try:
+        entry = await kv.get(_checked(name))
+    except KeyNotFoundError:
+        raise PlanFileError(f"no plan named {name!r} in this deployment: list them with "
+                            "`plancast plan list`") from None
+    try:
+        return msgspec.json.decode(entry.value or b"", type=SavedPlan)
+    except UNREADABLE as exc:
+        raise PlanFileError(f"the plan stored as {name!r} does not decode ({exc}); save it "
+                            "again") from None
+
+
+async def stored_plans(bus: Bus) -> dict[str, SavedPlan]:
+    """Every plan stored in the deployment, by name (one that does not decode is left out)."""
+    kv = await _plans(bus)
+    found: dict[str, SavedPlan] = {}
+    for name, entry in sorted((await current_values(kv, ">")).items()):
+        with contextlib.suppress(*UNREADABLE):
+            found[name] = msgspec.json.decode(entry.value, type=SavedPlan)
+    return found

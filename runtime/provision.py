@@ -18,7 +18,15 @@ import anyio
 from nats.js import api
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-from protocols import Stream, Verb, objects_bucket, runs_bucket, stream_name, subject
+from protocols import (
+    Stream,
+    Verb,
+    objects_bucket,
+    plans_bucket,
+    runs_bucket,
+    stream_name,
+    subject,
+)
 
 from .bus import TRANSIENT
 from .errors import PlancastError
@@ -121,6 +129,8 @@ async def provision(
     ]
     steps.append((f"key-value bucket {runs_bucket(prefix)}",
                   partial(_ensure_runs_bucket, js, prefix, replicas)))
+    steps.append((f"key-value bucket {plans_bucket(prefix)}",
+                  partial(_ensure_plans_bucket, js, prefix, replicas)))
     steps.append((f"object store {objects_bucket(prefix)}",
                   partial(_ensure_object_store, js, prefix, replicas, event_max_age, max_bytes)))
     for what, step in steps:
@@ -214,6 +224,15 @@ async def _ensure_runs_bucket(js: Any, prefix: str, replicas: int) -> None:
                 storage=api.StorageType.FILE,
             )
         )
+
+
+async def _ensure_plans_bucket(js: Any, prefix: str, replicas: int) -> None:
+    try:
+        await js.key_value(plans_bucket(prefix))
+    except BucketNotFoundError:
+        await js.create_key_value(api.KeyValueConfig(
+            bucket=plans_bucket(prefix), description="plancast plans saved by name",
+            history=5, replicas=replicas, storage=api.StorageType.FILE))
 
 
 async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float,

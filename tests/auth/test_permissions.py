@@ -17,6 +17,7 @@ import pytest
 from protocols import RunFinished, RunRequest, Stream, runs_bucket, stream_name
 from runtime.client import follow, submit
 from runtime.connection import NatsUnreachable, open_bus
+from runtime.plans import plan_of_run, store_plan, stored_plan, stored_plans
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.team import TeamConfig
@@ -46,8 +47,12 @@ async def test_the_pipeline_runs_with_one_user_per_role(secured: Secured) -> Non
             accepted = await submit(client, RunRequest(goal="hi"))
             with anyio.fail_after(60):
                 events = [e async for e in follow(client, accepted.run_id)]
+            # The client keeps the run's plan by name; the watcher may list it too.
+            await store_plan(client, "hi", await plan_of_run(client, accepted.run_id))
+            assert [s.id for s in (await stored_plan(client, "hi")).steps]
         async with open_bus(secured.settings("watcher")) as watcher:
             assert [e async for e in follow(watcher, accepted.run_id)] == events
+            assert list(await stored_plans(watcher)) == ["hi"]
     assert isinstance(events[-1], RunFinished) and events[-1].answer == "done"
     assert "violation" not in secured.server.log_tail(400).lower()
 

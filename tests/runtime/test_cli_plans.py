@@ -173,3 +173,35 @@ async def test_approve_a_step_at_its_gate_from_the_shell(
         "it runs now"
     assert again.returncode == 2 and "does not await approval" in again.stderr.decode()
     assert isinstance(events[-1], RunFinished)
+
+
+async def test_a_plan_kept_by_name_in_the_deployment_runs_again_from_its_name(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    where = ["--nats", nats_url, "--prefix", prefix]
+    rules = [Rule(role="planner", lines=[echo(1, "hello"), echo(2, "$1, world")]),
+             finish("hello, world")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)):
+            first = await plancast("run", "--json", *where, "greet", cwd=tmp_path)
+            saved = await plancast("plan", "save", events_of(first)[0].run_id, "--name",
+                                   "greeting", *where, cwd=tmp_path)
+            listed = await plancast("plan", "list", "--json", *where, cwd=tmp_path)
+            again = await plancast("run", "--json", "--plan", "greeting", *where, cwd=tmp_path)
+            missing = await plancast("run", "--plan", "nosuch", *where, cwd=tmp_path)
+            bad_name = await plancast("plan", "save", events_of(first)[0].run_id, "--name",
+                                      "a b", *where, cwd=tmp_path)
+            planner_calls = sum(r.headers.get("x-plancast-role") == "planner"
+                                for r in model.requests)
+    assert saved.returncode == 0, stderr_tail(saved)
+    assert "to the deployment as 'greeting'" in saved.stdout.decode()
+    found = json.loads(listed.stdout)
+    assert list(found) == ["greeting"] and len(found["greeting"]["steps"]) == 2
+    assert again.returncode == 0, stderr_tail(again)
+    outputs = {e.step_id: e.output for e in events_of(again) if isinstance(e, StepFinished)}
+    assert outputs == {1: "hello", 2: "hello, world"} and planner_calls == 1
+    said = missing.stderr.decode().strip().splitlines()
+    assert missing.returncode == 2 and len(said) == 1 and "plancast plan list" in said[0], said
+    assert bad_name.returncode == 2 and "letters, digits" in bad_name.stderr.decode()
