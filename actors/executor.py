@@ -39,11 +39,8 @@ class StepRefused(PlancastError):
     """The step asks for something this role may not do."""
 
 
-class Executor(RoleActor):
-    """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>.<role>``."""
-
-    role = "executor"
-    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
+class StepRole(RoleActor):
+    """A role that pulls the steps given to it from ``<prefix>.step.<role>``."""
 
     def sources(self) -> Sequence[Source]:
         return [WorkQueue(Stream.WORK, self.bus.subject(Verb.STEP, self.name), f"step-{self.name}")]
@@ -52,12 +49,24 @@ class Executor(RoleActor):
         assert isinstance(message, StepTask)
         return f"{message.run_id}/{message.step.id}"
 
-    @on(StepTask)
-    async def run_step(self, task: StepTask, delivery: Delivery) -> None:
+    def too_late(self, task: StepTask) -> bool:
+        """The run's deadline passed: its planner has ended it, nobody wants this result."""
         if task.deadline and time.time() > task.deadline:
-            # The run's deadline passed: its planner has ended it, nobody wants this result.
             log.info("%s: skipping step %d of run %s: the run's deadline passed", self.name,
                      task.step.id, task.run_id)
+            return True
+        return False
+
+
+class Executor(StepRole):
+    """Runs its role's steps; answers on ``<prefix>.result.<run_id>.<role>``."""
+
+    role = "executor"
+    role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
+
+    @on(StepTask)
+    async def run_step(self, task: StepTask, delivery: Delivery) -> None:
+        if self.too_late(task):
             return
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,6 @@ from anyio.abc import TaskGroup
 from nats.js.errors import KeyNotFoundError
 
 from protocols import (
-    Message,
     ParentStep,
     ReplanStarted,
     RunCancel,
@@ -37,7 +35,6 @@ from protocols import (
     StepFinished,
     StepResult,
     StepTask,
-    Stream,
     Usage,
     Verb,
     child_run_id,
@@ -45,10 +42,11 @@ from protocols import (
     run_key,
     runs_bucket,
 )
-from runtime.actor import Source, WorkQueue, on
+from runtime.actor import on
 from runtime.client import RunNotAccepted, follow, submit
 from runtime.delivery import Delivery
-from runtime.role import RoleActor
+
+from .executor import StepRole
 
 log = logging.getLogger(__name__)
 
@@ -73,23 +71,14 @@ class _Wait:
     usage: Usage = field(default_factory=Usage)
 
 
-class TeamLead(RoleActor):
+class TeamLead(StepRole):
     """Pulls ``<prefix>.step.<role>``; answers on ``<prefix>.result.<run_id>.<role>``."""
 
     role = "team"
 
-    def sources(self) -> Sequence[Source]:
-        return [WorkQueue(Stream.WORK, self.bus.subject(Verb.STEP, self.name), f"step-{self.name}")]
-
-    def describe(self, message: Message) -> str:
-        assert isinstance(message, StepTask)
-        return f"{message.run_id}/{message.step.id}"
-
     @on(StepTask)
     async def delegate(self, task: StepTask, delivery: Delivery) -> None:
-        if task.deadline and time.time() > task.deadline:
-            log.info("%s: skipping step %d of run %s: the run's deadline passed", self.name,
-                     task.step.id, task.run_id)
+        if self.too_late(task):
             return
         me = f"{self.name}/{self.instance}"
         key = f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.stream_seq}" \
