@@ -99,7 +99,7 @@ class Run:
         self.round_reason = record.round_reason
         self.store = run_state.RunStore(self.bus, planner.kv, self.run_id, revision,
                                         retry_for=self.bus.settings.publish_retry_for)
-        self.lock = anyio.Lock()
+        self.lock = anyio.Lock(fast_acquire=True)
         self.replan: ReplanRequest | None = None
         """A request for a new round that arrived while the run waited."""
         self.decision: SynthesisDecision | None = None
@@ -114,7 +114,7 @@ class Run:
         self._touched: set[int] = set(self.meta)  # steps whose records need writing
         self._unsettled: list[tuple[int, Unsettled]] = []  # tasks sent, storage unconfirmed
         self._saved = self._version = 0
-        self._save_lock = anyio.Lock()
+        self._save_lock = anyio.Lock(fast_acquire=True)
 
     # -- the run, top to bottom ----------------------------------------------------------
 

@@ -93,7 +93,7 @@ class Actor:
         self.started_at = time.time()
         self.handled = 0
         self.restarts = 0
-        self._slots = anyio.Semaphore(concurrency)
+        self._slots = anyio.Semaphore(concurrency, fast_acquire=True)
         self._in_flight: dict[int, tuple[Delivery, str]] = {}
         self._idle = anyio.Event()
         self._idle.set()
@@ -135,7 +135,7 @@ class Actor:
             self._in_flight.clear()
             self._idle = anyio.Event()
             self._idle.set()
-            self._slots = anyio.Semaphore(self.concurrency)
+            self._slots = anyio.Semaphore(self.concurrency, fast_acquire=True)
         self._served = True
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._heartbeat_loop)
@@ -265,7 +265,8 @@ class Actor:
         await self._slots.acquire()
         assert self._work is not None
         self._in_flight[id(delivery)] = (delivery, delivery.subject)
-        self._idle = anyio.Event()
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         self._work.start_soon(self._handle, delivery, decoder)
 
     # -- handling ------------------------------------------------------------------------

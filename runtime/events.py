@@ -88,7 +88,7 @@ class EventLog:
         """True after the terminal event: nothing may follow it."""
         self.stored_seq = 0
         """Stream sequence of the latest event known stored."""
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._unsettled: list[Unsettled] = []
 
     async def emit(self, event: Event) -> Event | None:
