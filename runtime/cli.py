@@ -30,7 +30,7 @@ from .cli_setup import (
 )
 from .connection import open_bus
 from .errors import PlancastError
-from .loop import backend_options
+from .loop import backend_options, tune_gc
 from .process import serve_actors
 from .registry import discover_roles
 from .role import build_team_actors
@@ -140,6 +140,7 @@ def _run_async(main: Callable[[], Awaitable[int]], *, verbose: bool = False) -> 
 
     Anything else is a bug: one line naming it, and the traceback with ``--verbose``.
     """
+    tune_gc()
     try:
         code = anyio.run(main, backend_options=backend_options())
     except KeyboardInterrupt:
