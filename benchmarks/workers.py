@@ -1,7 +1,12 @@
-"""Executors in a separate process: ``plancast worker`` as a child we start and stop."""
+"""Roles in child processes: ``plancast worker`` as a child we start, wait for, measure and stop.
+
+A child's CPU time is read from ``/proc/<pid>/stat``, so what this process does (following
+events, serving the scripted model) is never counted as the child's.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -13,7 +18,7 @@ from pathlib import Path
 import anyio
 from nats.js.errors import NotFoundError
 
-from protocols import Stream, stream_name
+from protocols import Stream, Verb, stream_name, subject
 from runtime.bus import Bus
 
 
@@ -61,3 +66,29 @@ async def wait_for_consumer(bus: Bus, consumer: str, proc: subprocess.Popen[byte
                 return
             except NotFoundError:
                 await anyio.sleep(0.1)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second: ``cpu_seconds`` moves in steps of 1 / CLOCK_TICKS."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc (Linux; in clock ticks, 10 ms
+    on most kernels)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+async def wait_for_planners(bus: Bus, count: int, timeout: float = 60.0) -> None:
+    """Until ``count`` planners answer heartbeats (each has subscribed to submissions)."""
+    seen: set[str] = set()
+    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.HEARTBEAT, "planner", "*",
+                                         wildcard=True))
+    try:
+        with anyio.fail_after(timeout):
+            async for msg in sub.messages:
+                seen.add(msg.subject)
+                if len(seen) >= count:
+                    return
+    finally:
+        await sub.unsubscribe()
