@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from runtime.bus import Bus
-from runtime.process import open_bus
+from runtime.connection import open_bus
 from runtime.testing import Latency, open_scripted_model_server
 
 from . import scripted
@@ -50,12 +50,12 @@ async def _measure(nats_url: str, dag: Dag, runs: int, planners: int,
     with contextlib.ExitStack() as stack:
         log = tmp / f"worker-{planners}.log"
         worker = stack.enter_context(worker_process(ROLE, team_file, nats_url, prefix, log))
+        logs = [tmp / f"planner-{planners}-{i}.log" for i in range(planners)]
         procs = [stack.enter_context(worker_process(
-            ["planner", "synthesizer"], team_file, nats_url, prefix,
-            tmp / f"planner-{planners}-{i}.log")) for i in range(planners)]
+            ["planner", "synthesizer"], team_file, nats_url, prefix, plog)) for plog in logs]
         async with open_bus(settings_for(nats_url, prefix)) as bus:
             await wait_for_consumer(bus, f"step-{ROLE}", worker, log)
-            await wait_for_planners(bus, planners)
+            await wait_for_planners(bus, list(zip(procs, logs, strict=True)))
             await _burst(bus, dag, 2)  # warm-up
             cpu0 = [cpu_seconds(p.pid) for p in procs]
             wall = await _burst(bus, dag, runs)
