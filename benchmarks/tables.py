@@ -140,7 +140,9 @@ def _profile(p: dict[str, Any]) -> list[str]:
     return [f"## Profile ({', '.join(p['profilers'])}; all roles in one process)", "",
             table(PROFILE_COLUMNS, p["rows"]), "",
             "wall and CPU are from a run without a profiler; the profiles are of further "
-            "runs of the same workload.", ""]
+            "runs of the same workload. process CPU is the benchmark's one process: planner, "
+            "executors, synthesizer, event follower and scripted model together (the "
+            "overhead suite's CPU columns are per worker process).", ""]
 
 
 def markdown(results: dict[str, Any]) -> str:
