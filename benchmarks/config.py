@@ -70,6 +70,12 @@ class BenchConfig:
     """Middle width of each concurrent run's 1 → N → 1 fan-out (N + 2 steps)."""
     step_seconds: float = 0.05
     """Duration of a step in the timed overhead/peer workloads."""
+    cpu_min_s: float = 0.2
+    """Least CPU (each of the planner and executor processes) a workload's CPU figures are
+    summed over: /proc counts in 10 ms ticks, so 0.2 s is within 5 %. Runs are added
+    beyond ``reps`` until both processes have spent this much, up to ``cpu_max_runs``."""
+    cpu_max_runs: int = 20
+    """Most runs of one workload in the overhead suite, CPU top-up runs included."""
 
     def reps_for(self, steps: int) -> int:
         """Repetitions of a workload of this many steps."""
@@ -82,7 +88,7 @@ class BenchConfig:
             "time_scale": 0.02, "reps": 1, "quick": True, "fan_outs": (8,),
             "parallelqa_branches": (2,), "chain": 10, "fan": 10, "independent": 20,
             "concurrent_runs": 4,
-            "step_seconds": 0.01,
+            "step_seconds": 0.01, "cpu_min_s": 0.05, "cpu_max_runs": 10,
         }
         return cls(**{**base, **overrides})
 

@@ -9,7 +9,6 @@ the planners' CPU time is read from their processes (``/proc/<pid>/stat``).
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,9 +17,8 @@ from typing import Any
 
 import anyio
 
-from protocols import Verb, subject
 from runtime.bus import Bus
-from runtime.process import open_bus
+from runtime.connection import open_bus
 from runtime.testing import Latency, open_scripted_model_server
 
 from . import scripted
@@ -28,31 +26,10 @@ from .config import BenchConfig
 from .dag import Dag
 from .deploy import new_prefix, settings_for
 from .trace import run_goal
-from .workers import wait_for_consumer, worker_process
+from .workers import cpu_seconds, wait_for_consumer, wait_for_planners, worker_process
 from .workloads import fan_out
 
 ROLE = "noop"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _wait_for_planners(bus: Bus, count: int, timeout: float = 60.0) -> None:
-    """Until ``count`` planners answer heartbeats (each has subscribed to submissions)."""
-    seen: set[str] = set()
-    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.HEARTBEAT, "planner", "*",
-                                         wildcard=True))
-    try:
-        with anyio.fail_after(timeout):
-            async for msg in sub.messages:
-                seen.add(msg.subject)
-                if len(seen) >= count:
-                    return
-    finally:
-        await sub.unsubscribe()
 
 
 async def _burst(bus: Bus, dag: Dag, runs: int) -> float:
@@ -73,12 +50,12 @@ async def _measure(nats_url: str, dag: Dag, runs: int, planners: int,
     with contextlib.ExitStack() as stack:
         log = tmp / f"worker-{planners}.log"
         worker = stack.enter_context(worker_process(ROLE, team_file, nats_url, prefix, log))
+        logs = [tmp / f"planner-{planners}-{i}.log" for i in range(planners)]
         procs = [stack.enter_context(worker_process(
-            ["planner", "synthesizer"], team_file, nats_url, prefix,
-            tmp / f"planner-{planners}-{i}.log")) for i in range(planners)]
+            ["planner", "synthesizer"], team_file, nats_url, prefix, plog)) for plog in logs]
         async with open_bus(settings_for(nats_url, prefix)) as bus:
             await wait_for_consumer(bus, f"step-{ROLE}", worker, log)
-            await _wait_for_planners(bus, planners)
+            await wait_for_planners(bus, list(zip(procs, logs, strict=True)))
             await _burst(bus, dag, 2)  # warm-up
             cpu0 = [cpu_seconds(p.pid) for p in procs]
             wall = await _burst(bus, dag, runs)

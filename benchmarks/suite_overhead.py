@@ -1,42 +1,51 @@
-"""Suite 2: per-step overhead of plancast with executors in a separate worker process.
+"""Suite 2: per-step overhead of plancast, every role in a child process.
 
-The planner and the synthesizer run here; ``plancast worker --role noop`` runs the
-steps in a child process; both talk through one nats-server with JetStream. The
-scripted model answers at once (zero latency), so the makespan is runtime time plus
-the steps' own time (``echo``: none; ``sleep``: the DAG's critical path).
+``plancast worker --role planner --role synthesizer`` plans and joins in one child,
+``plancast worker --role noop`` runs the steps in another, as in a deployment; both talk
+through one nats-server with JetStream. This process only submits the runs, follows
+their events and serves the scripted model, so the CPU figures are the children's own
+(from /proc), not this process's. The scripted model answers at once (zero latency), so
+the makespan is runtime time plus the steps' own time (``echo``: none; ``sleep``: the
+DAG's critical path).
 """
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.bus import Bus
-from runtime.team import team_from_dict
+from runtime.connection import open_bus
 from runtime.testing import Latency, open_scripted_model_server
-from runtime.tools import builtin_tools
 
 from . import scripted
 from .config import BenchConfig
 from .dag import Dag
-from .deploy import deployment, new_prefix
+from .deploy import new_prefix, settings_for
 from .stats import median
 from .trace import RunTrace, run_goal
-from .workers import wait_for_consumer, worker_process
+from .workers import (
+    CLOCK_TICKS,
+    cpu_seconds,
+    wait_for_consumer,
+    wait_for_planners,
+    worker_process,
+)
 from .workloads import chain
 
 ROLE = "noop"
 
 
-def summarize(dag: Dag, makespans: Sequence[float], spans: Sequence[float] = (),
-              cpus: Sequence[float] = ()) -> dict[str, Any]:
+def summarize(dag: Dag, makespans: Sequence[float],
+              spans: Sequence[float] = ()) -> dict[str, Any]:
     """p50 wall time, the bound, per-step overhead and throughput of one workload.
 
-    ``spans`` (plancast only): first step planned → last step finished, per run;
-    ``cpus``: the planner process's CPU seconds per run.
+    ``spans`` (plancast only): first step planned → last step finished, per run.
     """
     wall, bound = median(makespans), dag.critical_path()
     row = {
@@ -50,21 +59,73 @@ def summarize(dag: Dag, makespans: Sequence[float], spans: Sequence[float] = (),
         span = median(spans)
         row |= {"steps_span_s": span, "fixed_ms": (wall - span) * 1000,
                 "per_step_in_dag_us": (span - bound) / len(dag) * 1e6}
-    if cpus:
-        row["planner_cpu_us"] = median(cpus) / len(dag) * 1e6
     return row
 
 
-async def timed_run(bus: Bus, dag: Dag) -> tuple[RunTrace, float]:
-    """One run, and the CPU seconds this (the planner's) process spent on it."""
-    cpu = time.process_time()
-    trace = await run_goal(bus, scripted.goal_of(dag))
-    return trace, time.process_time() - cpu
+def cpu_figures(dag: Dag, runs: int, planner_s: float, executor_s: float) -> dict[str, Any]:
+    """CPU per step: the CPU seconds summed over ``runs`` runs ÷ all their steps.
+
+    /proc counts CPU in clock ticks, so a per-run median of ~100 ms figures would be mostly
+    rounding; one sum over every run is off by at most one tick (``cpu_resolution_us``).
+    """
+    steps = len(dag) * runs
+    return {"cpu_runs": runs, "planner_cpu_s": planner_s, "executor_cpu_s": executor_s,
+            "planner_cpu_us": planner_s / steps * 1e6,
+            "executor_cpu_us": executor_s / steps * 1e6,
+            "cpu_resolution_us": 1e6 / CLOCK_TICKS / steps}
+
+
+@dataclass(frozen=True)
+class Children:
+    """The two worker processes a measurement runs on, with their log files."""
+
+    planner: subprocess.Popen[bytes]
+    planner_log: Path
+    executor: subprocess.Popen[bytes]
+    executor_log: Path
+
+    async def ready(self, bus: Bus) -> None:
+        """Until the executor pulls steps and the planner takes submissions."""
+        await wait_for_consumer(bus, f"step-{ROLE}", self.executor, self.executor_log)
+        await wait_for_planners(bus, [(self.planner, self.planner_log)])
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of (the planner process, the executor process)."""
+        return cpu_seconds(self.planner.pid), cpu_seconds(self.executor.pid)
+
+
+@contextlib.contextmanager
+def children(team_file: Path, nats_url: str, prefix: str, tmp: Path) -> Iterator[Children]:
+    """The executors' worker and the planner + synthesizer worker, stopped when done."""
+    executor_log, planner_log = tmp / "executor.log", tmp / "planner.log"
+    with worker_process(ROLE, team_file, nats_url, prefix, executor_log) as executor, \
+            worker_process(["planner", "synthesizer"], team_file, nats_url, prefix,
+                           planner_log) as planner:
+        yield Children(planner, planner_log, executor, executor_log)
+
+
+async def measure_workload(bus: Bus, dag: Dag, procs: Children,
+                           config: BenchConfig) -> dict[str, Any]:
+    """``config.reps_for`` runs for the wall figures; more runs (up to
+    ``config.cpu_max_runs``) only while either process has spent less than
+    ``config.cpu_min_s`` CPU on them, so the CPU figures stand above the clock tick."""
+    reps = config.reps_for(len(dag))
+    start = procs.cpu()
+    traces: list[RunTrace] = []
+    while len(traces) < reps or (
+            len(traces) < config.cpu_max_runs
+            and min(now - then for now, then in zip(procs.cpu(), start, strict=True))
+            < config.cpu_min_s):
+        traces.append(await run_goal(bus, scripted.goal_of(dag)))
+    planner_s, executor_s = (now - then for now, then in zip(procs.cpu(), start, strict=True))
+    timed = traces[:reps]
+    row = summarize(dag, [t.makespan for t in timed], [t.steps_span() for t in timed])
+    return row | cpu_figures(dag, len(traces), planner_s, executor_s)
 
 
 async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConfig,
                            progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Each workload ``config.reps`` times through planner → NATS → worker process."""
+    """Each workload through planner process → NATS → executor process."""
     warmup = Dag("warmup", chain(3).nodes)
     instant = Latency(ttft=0.0, per_line=0.0)
     rules = [scripted.planner_rule(d, scripted.NOOP_ROLES, instant)
@@ -75,20 +136,15 @@ async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConf
         async with open_scripted_model_server(scripted.scenario(rules, 1.0)) as model:
             data = scripted.team_data(model.base_url, {ROLE: ["echo", "sleep"]},
                                       concurrency=1024)
-            team_file, log_file = Path(tmp) / "team.toml", Path(tmp) / "worker.log"
+            team_file = Path(tmp) / "team.toml"
             team_file.write_text(scripted.team_toml(data))
             prefix = new_prefix()
-            with worker_process(ROLE, team_file, nats_url, prefix, log_file) as proc:
-                async with deployment(nats_url, team_from_dict(data),
-                                      builtin_tools(plugins=False),
-                                      roles=["planner", "synthesizer"], prefix=prefix) as bus:
-                    await wait_for_consumer(bus, f"step-{ROLE}", proc, log_file)
+            with children(team_file, nats_url, prefix, Path(tmp)) as procs:
+                async with open_bus(settings_for(nats_url, prefix)) as bus:
+                    await procs.ready(bus)
                     await run_goal(bus, scripted.goal_of(warmup))
                     for dag in dags:
-                        runs = [await timed_run(bus, dag)
-                                for _ in range(config.reps_for(len(dag)))]
-                        rows.append(summarize(dag, [t.makespan for t, _ in runs],
-                                              [t.steps_span() for t, _ in runs],
-                                              [c for _, c in runs]))
-                        progress(f"overhead: plancast {dag.name} p50 {rows[-1]['wall_s']:.3f}s")
+                        rows.append(await measure_workload(bus, dag, procs, config))
+                        progress(f"overhead: plancast {dag.name} p50 {rows[-1]['wall_s']:.3f}s, "
+                                 f"planner CPU {rows[-1]['planner_cpu_us']:.0f} µs/step")
     return rows

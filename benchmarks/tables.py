@@ -27,7 +27,8 @@ WORKLOAD_COLUMNS: list[Column] = [
 PLANCAST_COLUMNS: list[Column] = [
     *WORKLOAD_COLUMNS, ("run fixed cost ms", "fixed_ms", 1),
     ("per-step in DAG µs", "per_step_in_dag_us", 0),
-    ("planner CPU µs/step", "planner_cpu_us", 0),
+    ("CPU runs", "cpu_runs", 0), ("planner CPU µs/step", "planner_cpu_us", 0),
+    ("executor CPU µs/step", "executor_cpu_us", 0),
 ]
 PROFILE_COLUMNS: list[Column] = [
     ("workload", "workload", 0), ("steps", "steps", 0), ("wall s", "wall_s", 3),
@@ -75,15 +76,23 @@ def _shapes(s: dict[str, Any]) -> list[str]:
     ]
 
 
+PLANCAST_NOTE = (
+    "per-step overhead = (p50 wall - tool critical path - scripted model time, here 0) "
+    "÷ steps; the scripted model answers at once. run fixed cost = RunStarted → first "
+    "StepPlanned plus last StepFinished → RunFinished (planner and joiner calls, events); "
+    "per-step in DAG = (first StepPlanned → last StepFinished - tool critical path) ÷ steps. "
+    "planner / executor CPU = that worker process's CPU time (user + system, /proc) summed "
+    "over the CPU runs ÷ their steps (the wall figures are the medians of the first `reps` "
+    "of them; CPU runs beyond reps only lift the CPU above the 10 ms clock tick); the "
+    "benchmark's own process (event follower, scripted model) is not counted.")
+
+
 def _overhead(o: dict[str, Any]) -> list[str]:
     return [
-        "## Runtime overhead (no-op `echo` steps, executors in a separate worker process)", "",
+        "## Runtime overhead (no-op `echo` steps; planner + synthesizer in one worker "
+        "process, executors in another)", "",
         table(PLANCAST_COLUMNS, o["rows"]), "",
-        "per-step overhead = (p50 wall - tool critical path - scripted model time, here 0) "
-        "÷ steps; the scripted model answers at once. run fixed cost = RunStarted → first "
-        "StepPlanned plus last StepFinished → RunFinished (planner and joiner calls, "
-        "events); per-step in DAG = (first StepPlanned → last StepFinished - tool critical "
-        "path) ÷ steps.", "",
+        PLANCAST_NOTE, "",
     ]
 
 
@@ -94,7 +103,9 @@ def _peers(p: dict[str, Any]) -> list[str]:
     names = list(p.get("peers", {}))
     for name, peer in p.get("peers", {}).items():
         lines += [f"### {name} {peer['version']}", "", table(WORKLOAD_COLUMNS, peer["rows"]), ""]
-    lines += ["### plancast", "", table(PLANCAST_COLUMNS, p["plancast_rows"]), ""]
+    lines += ["### plancast (planner + synthesizer in one worker process, executors in "
+              "another)", "", table(PLANCAST_COLUMNS, p["plancast_rows"]), "",
+              PLANCAST_NOTE, ""]
     columns: list[Column] = [("workload", "workload", 0), ("plancast s", "plancast_s", 3)]
     for name in names:
         columns += [(f"{name} s", f"{name}_s", 3),
@@ -129,7 +140,9 @@ def _profile(p: dict[str, Any]) -> list[str]:
     return [f"## Profile ({', '.join(p['profilers'])}; all roles in one process)", "",
             table(PROFILE_COLUMNS, p["rows"]), "",
             "wall and CPU are from a run without a profiler; the profiles are of further "
-            "runs of the same workload.", ""]
+            "runs of the same workload. process CPU is the benchmark's one process: planner, "
+            "executors, synthesizer, event follower and scripted model together (the "
+            "overhead suite's CPU columns are per worker process).", ""]
 
 
 def markdown(results: dict[str, Any]) -> str:

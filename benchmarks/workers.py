@@ -1,19 +1,26 @@
-"""Executors in a separate process: ``plancast worker`` as a child we start and stop."""
+"""Roles in child processes: ``plancast worker`` as a child we start, wait for, measure and stop.
+
+A child's CPU time is read from ``/proc/<pid>/stat``, so what this process does (following
+events, serving the scripted model) is never counted as the child's.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+import nats.errors
 from nats.js.errors import NotFoundError
 
-from protocols import Stream, stream_name
+from protocols import Stream, Verb, stream_name, subject
 from runtime.bus import Bus
 
 
@@ -47,17 +54,55 @@ def worker_process(role: str | list[str], team_file: Path, nats_url: str, prefix
                 proc.wait()
 
 
+async def _check_alive(proc: subprocess.Popen[bytes], log_file: Path) -> None:
+    """Raise with the end of its log if the worker has exited."""
+    if proc.poll() is not None:
+        log = await anyio.Path(log_file).read_text(errors="replace")
+        raise RuntimeError(f"the worker exited with {proc.returncode}:\n{log[-2000:]}")
+
+
 async def wait_for_consumer(bus: Bus, consumer: str, proc: subprocess.Popen[bytes],
                             log_file: Path, timeout: float = 60.0) -> None:
     """Wait until the worker has created its work-queue consumer (it is pulling then)."""
     stream = stream_name(bus.prefix, Stream.WORK)
-    with anyio.fail_after(timeout):
+    with anyio.move_on_after(timeout):
         while True:
-            if proc.poll() is not None:
-                log = await anyio.Path(log_file).read_text(errors="replace")
-                raise RuntimeError(f"the worker exited with {proc.returncode}:\n{log[-2000:]}")
+            await _check_alive(proc, log_file)
             try:
                 await bus.js.consumer_info(stream, consumer)
                 return
             except NotFoundError:
                 await anyio.sleep(0.1)
+    raise RuntimeError(f"the worker made no consumer {consumer!r} within {timeout:g} s; "
+                       f"see {log_file}")
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second: ``cpu_seconds`` moves in steps of 1 / CLOCK_TICKS."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc (Linux; in clock ticks, 10 ms
+    on most kernels)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+async def wait_for_planners(bus: Bus, planners: Sequence[tuple[subprocess.Popen[bytes], Path]],
+                            timeout: float = 60.0) -> None:
+    """Until as many planners as ``planners`` (process, log file) answer heartbeats: each
+    has subscribed to submissions then. Raises if one exits or the time runs out."""
+    seen: set[str] = set()
+    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.HEARTBEAT, "planner", "*",
+                                         wildcard=True))
+    try:
+        with anyio.move_on_after(timeout):
+            while len(seen) < len(planners):
+                for proc, log_file in planners:
+                    await _check_alive(proc, log_file)
+                with contextlib.suppress(nats.errors.TimeoutError):
+                    seen.add((await sub.next_msg(timeout=0.5)).subject)
+            return
+    finally:
+        await sub.unsubscribe()
+    raise RuntimeError(f"{len(seen)} of {len(planners)} planner(s) sent heartbeats within "
+                       f"{timeout:g} s; see {', '.join(str(log) for _, log in planners)}")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.config import BenchConfig
 from benchmarks.dag import Dag, Node
 from benchmarks.shapes import all_shapes
@@ -33,8 +35,18 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
         assert row["makespan_s"] > 0 and row["bound_s"] > 0
     for row in results["suites"]["overhead"]["rows"]:
         assert {"workload", "steps", "wall_s", "per_step_overhead_us", "steps_per_s"} <= row.keys()
+    config = results["config"]
     for row in results["suites"]["overhead"]["rows"]:
-        assert row["planner_cpu_us"] > 0
+        # CPU from the planner's and the executor's worker processes, summed over enough
+        # runs to stand above the clock tick (or over the most runs allowed)
+        assert row["planner_cpu_us"] > 0 and row["executor_cpu_us"] > 0
+        assert row["reps"] <= row["cpu_runs"] <= config["cpu_max_runs"]
+        assert (min(row["planner_cpu_s"], row["executor_cpu_s"]) >= config["cpu_min_s"]
+                or row["cpu_runs"] == config["cpu_max_runs"])
+        steps = row["steps"] * row["cpu_runs"]
+        assert row["planner_cpu_us"] == pytest.approx(row["planner_cpu_s"] / steps * 1e6)
+        assert row["executor_cpu_us"] == pytest.approx(row["executor_cpu_s"] / steps * 1e6)
+        assert 0 < row["cpu_resolution_us"] < row["planner_cpu_us"]
     concurrent = results["suites"]["concurrent"]["rows"]
     assert [r["planners"] for r in concurrent] == [1, 2]
     assert all(r["steps_per_s"] > 0 and r["planner_cpu_us"] > 0 for r in concurrent)
@@ -45,6 +57,8 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
     markdown = (tmp_path / "results.md").read_text()
     assert "## DAG shapes" in markdown and "## Runtime overhead" in markdown
     assert "## Concurrent runs" in markdown
+    assert "executor CPU µs/step" in markdown and "planner + synthesizer in one worker" in markdown
+    assert "all roles in one process" in markdown  # the profile's CPU includes the executors
 
 
 def test_bound_is_planned_time_plus_longest_path() -> None:
