@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import anyio
 import msgspec
+from nats.js.api import Header
 from nats.js.errors import APIError
 
 from protocols import (
@@ -30,6 +31,7 @@ from protocols import (
     step_key,
 )
 from runtime.bus import (
+    ACK_WAIT,
     EXPECT_SEQ,
     FENCE_BUSY,
     RETRY_CAP,
@@ -228,21 +230,39 @@ class RunStore:
             self.revision = int(raw.seq or 0)  # it did; only its acknowledgement was lost
 
     async def _write_steps(self, steps: list[StepRecord], fence: dict[str, str]) -> None:
-        """All at once where the server allows it, else one after another."""
-        if self.bus.pipeline_fenced:
-            try:
-                async with anyio.create_task_group() as tg:
-                    for record in steps:
-                        tg.start_soon(self._put, record, fence)
-                return
-            except BaseExceptionGroup as group:  # one plain error for the caller
-                errors = group.exceptions
-                if any(isinstance(e, LostRun) for e in errors):
-                    raise LostRun(self.run_id) from None
-                if not all(_busy(e) for e in errors):
-                    raise next(e for e in errors if not _busy(e)) from None
-                self.bus.fence_busy()
+        """All sent at once where the server allows it (their acknowledgements awaited
+        together), else one after another; a record whose pipelined write failed for any
+        reason but a lost fence is written again the careful way."""
+        if not self.bus.pipeline_fenced:
+            for record in steps:
+                await self._put(record, fence)
+            return
+        headers = {**fence, Header.EXPECTED_STREAM: self._stream}
+        sent = []
         for record in steps:
+            try:
+                future = await self.bus.js.publish_async(
+                    self._prefix + step_key(self.run_id, record.step.id), encode(record),
+                    headers=headers)
+            except TRANSIENT:
+                future = None
+            sent.append((record, future))
+        again = []
+        for record, future in sent:
+            try:
+                if future is None:
+                    raise TimeoutError
+                with anyio.fail_after(ACK_WAIT):
+                    await future
+            except UNCONFIRMED as exc:
+                if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE:
+                    raise LostRun(self.run_id) from exc
+                if _busy(exc):
+                    self.bus.fence_busy()
+                elif future is not None and not future.done():
+                    future.cancel()  # frees its slot in nats-py's pending window
+                again.append(record)
+        for record in again:
             await self._put(record, fence)
 
     async def _put(self, record: StepRecord, fence: dict[str, str]) -> None:
