@@ -156,14 +156,31 @@ class _JetStream(JetStreamContext):
         if future is None or future.done():
             return
         try:
-            resp = json.loads(msg.data) if msg.data else {}
-            if "error" in resp:
-                APIError.from_error(resp["error"])  # raises the error's own type
             if not msg.data:
                 raise NoStreamResponseError
-            future.set_result(api.PubAck.from_response(resp))
+            ack = _ACK.decode(msg.data)
+            if ack.error is not None:
+                APIError.from_error(ack.error)  # raises the error's own type
+            future.set_result(api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain,
+                                         duplicate=ack.duplicate))
+        except msgspec.DecodeError as exc:
+            future.set_exception(NoStreamResponseError(description=f"unreadable ack: {exc}"))
         except Exception as exc:
             future.set_exception(exc)
+
+
+class _Ack(msgspec.Struct):
+    """The fields of a JetStream publish acknowledgement plancast reads (nats-py's own
+    reading goes through dataclass introspection, for every message sent)."""
+
+    stream: str = ""
+    seq: int = 0
+    domain: str | None = None
+    duplicate: bool | None = None
+    error: dict[str, Any] | None = None
+
+
+_ACK = msgspec.json.Decoder(_Ack)
 
 
 class Bus:
