@@ -31,7 +31,6 @@ from protocols import (
     step_key,
 )
 from runtime.bus import (
-    ACK_WAIT,
     EXPECT_SEQ,
     FENCE_BUSY,
     RETRY_CAP,
@@ -40,7 +39,9 @@ from runtime.bus import (
     WRONG_LAST_SEQUENCE,
     Bus,
     Fenced,
+    acknowledged,
     fence_headers,
+    outcome,
 )
 from runtime.scheduler import Scheduler, StepState, references
 
@@ -247,20 +248,16 @@ class RunStore:
             except TRANSIENT:
                 future = None
             sent.append((record, future))
+        await acknowledged([future for _, future in sent])
         again = []
         for record, future in sent:
             try:
-                if future is None:
-                    raise TimeoutError
-                with anyio.fail_after(ACK_WAIT):
-                    await future
+                outcome(future)
             except UNCONFIRMED as exc:
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE:
                     raise LostRun(self.run_id) from exc
                 if _busy(exc):
                     self.bus.fence_busy()
-                elif future is not None and not future.done():
-                    future.cancel()  # frees its slot in nats-py's pending window
                 again.append(record)
         for record in again:
             await self._put(record, fence)

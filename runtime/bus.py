@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -183,6 +184,30 @@ class _Ack(msgspec.Struct):
 _ACK = msgspec.json.Decoder(_Ack)
 
 
+async def acknowledged(futures: Sequence[asyncio.Future[Any] | None]) -> None:
+    """Wait, ``ACK_WAIT`` seconds at most for all of them together, until these publish
+    acknowledgements are in (or failed); one timer for the lot, not one per message."""
+    waiting = [f for f in futures if f is not None and not f.done()]
+    if not waiting:
+        return
+    with anyio.move_on_after(ACK_WAIT):
+        for future in waiting:
+            with suppress(Exception):
+                await future
+
+
+def outcome(future: asyncio.Future[Any] | None) -> Any:
+    """An acknowledgement ``acknowledged`` waited for: its value, or the error it failed
+    with (``TimeoutError`` if it never came, which also frees its slot in nats-py's
+    window of pending publishes)."""
+    if future is None or future.cancelled():
+        raise TimeoutError("no acknowledgement")
+    if not future.done():
+        future.cancel()
+        raise TimeoutError(f"no acknowledgement within {ACK_WAIT:g}s")
+    return future.result()
+
+
 class Bus:
     """A NATS connection and its JetStream context, for one prefix."""
 
@@ -245,24 +270,17 @@ class Bus:
         """Wait until every message sent with ``publish_soon`` is stored (re-sending any
         whose acknowledgement failed: the message id makes that safe). ``Fenced`` if a
         fenced one was refused."""
+        await acknowledged([i.future for i in sent if not i.seq])
         for item in sent:
             if item.seq:
                 continue
             try:
-                if item.future is None:
-                    raise TimeoutError
-                if item.future.done():  # the usual case: no timer to set up
-                    item.seq = int(item.future.result().seq)
-                    continue
-                with anyio.fail_after(ACK_WAIT):
-                    item.seq = int((await item.future).seq)
+                item.seq = int(outcome(item.future).seq)
                 continue
             except UNCONFIRMED as exc:
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE \
                         and EXPECT_SEQ in item.headers:
                     raise Fenced(f"{item.subject}: {exc}") from exc
-                if item.future is not None and not item.future.done():
-                    item.future.cancel()  # frees its slot in nats-py's pending window
                 log.info("publish to %s unconfirmed (%r); storing it again", item.subject, exc)
             item.seq = await self._store(item.subject, item.payload, item.headers, retry=True)
 
