@@ -13,23 +13,22 @@ import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import msgspec
 import openai
 from openai.types.chat import (
-    ChatCompletionChunk,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
     ChatCompletionToolUnionParam,
 )
 from openai.types.chat.completion_create_params import ResponseFormat
-from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols import Usage
 
+from .chat_stream import ChatChunkStream, ChunkUsage
 from .errors import ModelConfigError, ModelError
 from .json_stream import StepArrayReader
 from .model_errors import model_error
@@ -152,6 +151,15 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     """``stop``, ``length``, ``tool_calls`` ..."""
 
 
+class _TokenCounts(Protocol):
+    """Token counts as a server reports them (whole responses, or a stream's last chunk)."""
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+
+
 ROLE_HEADER = "x-plancast-role"
 """Request header naming the calling role; proxies and the scripted server route on it."""
 
@@ -247,11 +255,13 @@ class ModelClient:
         """
         return LineStream(self, messages, constraint)
 
-    def _record(self, reported: CompletionUsage | None, messages: Sequence[ChatMessage],
+    def _record(self, reported: _TokenCounts | None, messages: Sequence[ChatMessage],
                 text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> Usage:
         """Count one call: as the server reported it, else estimated here (never 0)."""
-        if reported is not None and reported.prompt_tokens + reported.completion_tokens:
-            usage = self.settings.usage(reported.prompt_tokens, reported.completion_tokens)
+        prompt, completion = (reported.prompt_tokens or 0, reported.completion_tokens or 0) \
+            if reported is not None else (0, 0)
+        if prompt + completion:
+            usage = self.settings.usage(prompt, completion)
         else:
             prompt = estimate_messages(messages) + (
                 estimate_text(msgspec.json.encode(list(tools)).decode()) if tools else 0)
@@ -261,18 +271,21 @@ class ModelClient:
 
     async def _open_stream(
         self, messages: Sequence[ChatMessage], constraint: Constraint | None
-    ) -> openai.AsyncStream[ChatCompletionChunk]:
+    ) -> ChatChunkStream:
+        """Send a streamed request; its body is read by :class:`ChatChunkStream`, not the
+        SDK (whose per-chunk models cost the planner more CPU than the rest of a step)."""
         s = self.settings
+        request = self._client.chat.completions.with_streaming_response.create(
+            model=s.model,
+            messages=_messages(messages),
+            temperature=_opt(s.temperature),
+            max_tokens=_opt(self.max_tokens),
+            extra_body=_body(s, constraint),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         try:
-            return await self._client.chat.completions.create(
-                model=s.model,
-                messages=_messages(messages),
-                temperature=_opt(s.temperature),
-                max_tokens=_opt(self.max_tokens),
-                extra_body=_body(s, constraint),
-                stream=True,
-                stream_options={"include_usage": True},
-            )
+            return await ChatChunkStream.open(request)
         except openai.OpenAIError as exc:
             raise model_error(exc, s, constraint) from exc
 
@@ -294,18 +307,25 @@ class LineStream:
         """Usage of the call; None until the stream has ended."""
         self.finish_reason: str | None = None
         """Why the model stopped; None until it says."""
-        self.text = ""
-        """Everything received so far."""
+        self._parts: list[str] = []
+        """The text received so far, in pieces (joined when read: no quadratic +=)."""
         self._client = client
         self._messages = messages
         self._constraint = constraint
         self._steps = StepArrayReader() if constraint and constraint.framing == "steps" \
             else None
-        self._stream: openai.AsyncStream[ChatCompletionChunk] | None = None
-        self._reported: CompletionUsage | None = None
+        self._stream: ChatChunkStream | None = None
+        self._reported: ChunkUsage | None = None
         self._ready: deque[str] = deque()
         self._partial = ""
         self._done = False
+
+    @property
+    def text(self) -> str:
+        """Everything received so far."""
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     @property
     def framing(self) -> str:
@@ -326,22 +346,23 @@ class LineStream:
         if self._stream is None:
             self._stream = await self._client._open_stream(self._messages, self._constraint)
         try:
-            chunk = await self._stream.__anext__()
-        except StopAsyncIteration:
-            await self._finish()
-            return
+            chunk = await self._stream.next_chunk()
         except openai.OpenAIError as exc:
             await self.aclose()
             raise model_error(exc, self._client.settings, self._constraint) from exc
+        if chunk is None:
+            await self._finish()
+            return
         if chunk.usage is not None:
             self._reported = chunk.usage
-        for choice in chunk.choices[:1]:
+        if chunk.choices:
+            choice = chunk.choices[0]
             self.finish_reason = choice.finish_reason or self.finish_reason
-            if choice.delta.content:
+            if choice.delta is not None and choice.delta.content:
                 self._feed(choice.delta.content)
 
     def _feed(self, content: str) -> None:
-        self.text += content
+        self._parts.append(content)
         if self._steps is not None:
             self._ready.extend(self._steps.feed(content))
             return
@@ -370,7 +391,7 @@ class LineStream:
         if self._stream is not None and self.usage is None:
             self.usage = self._client._record(self._reported, self._messages, self.text)
         if self._stream is not None:
-            await self._stream.close()
+            await self._stream.aclose()
 
     async def __aenter__(self) -> Self:
         return self
