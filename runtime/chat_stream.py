@@ -88,7 +88,7 @@ class SseEvents:
                 return None
             data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
             self._data = []
-            return data
+            return data or None  # empty data dispatches nothing (as the specification says)
         if line.startswith("data:"):
             self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
         elif line == "data":
