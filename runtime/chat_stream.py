@@ -11,6 +11,7 @@ chunk as an ``openai.APIError`` too), so :func:`runtime.model_errors.model_error
 
 from __future__ import annotations
 
+import logging
 import ssl
 import sys
 from collections.abc import AsyncGenerator
@@ -23,6 +24,8 @@ import openai
 
 __all__ = ["ChatChunk", "ChatChunkStream", "ChunkChoice", "ChunkDelta", "ChunkUsage",
            "SseEvents", "decode_chunk"]
+
+log = logging.getLogger(__name__)
 
 DRAIN_SECONDS = 0.1
 """How long to read on after ``[DONE]``, so an HTTP/1.1 connection can be reused (the
@@ -146,6 +149,9 @@ class ChatChunkStream:
             scope.deadline = anyio.current_time() + CLOSE_SECONDS
             await self._lines.aclose()
             await self._exits.aclose()
+        if scope.cancelled_caught:
+            log.warning("releasing a model server connection took over %gs; left to close "
+                        "on its own", CLOSE_SECONDS)
 
     async def _next_line(self) -> str | None:
         try:

@@ -64,17 +64,24 @@ class RawServer:
 
 
 @asynccontextmanager
-async def sse_model(server: RawServer, timeout: float = 30.0) -> AsyncIterator[ModelClient]:
+async def serve_raw(server: RawServer) -> AsyncIterator[str]:
+    """Serve ``server`` on a free port; yields its base URL (``http://127.0.0.1:N/v1``)."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    settings = ModelSettings(model="m", base_url=f"http://127.0.0.1:{port}/v1",
-                             api_key_env=UNSET_KEY, max_retries=0, timeout=timeout)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.serve)
+        yield f"http://127.0.0.1:{port}/v1"
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def sse_model(server: RawServer, timeout: float = 30.0) -> AsyncIterator[ModelClient]:
     with anyio.fail_after(BOUND):
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, server.serve)
+        async with serve_raw(server) as base_url:
+            settings = ModelSettings(model="m", base_url=base_url, api_key_env=UNSET_KEY,
+                                     max_retries=0, timeout=timeout)
             async with ModelClient(settings) as client:
                 yield client
-            tg.cancel_scope.cancel()
 
 
 def event(content: str | None = None, finish: str | None = None, **extra: Any) -> bytes:
