@@ -55,7 +55,8 @@ class LineStream:
         self._stream: ChatChunkStream | None = None
         self._reported: ChunkUsage | None = None
         self._ready: deque[str] = deque()
-        self._partial = ""
+        self._partial: list[str] = []
+        """Pieces of the line being written (most chunks end no line: one append each)."""
         self._done = False
 
     @property
@@ -104,7 +105,11 @@ class LineStream:
         if self._steps is not None:
             self._ready.extend(self._steps.feed(content))
             return
-        complete, self._partial = split_lines(self._partial, content)
+        if "\n" not in content:
+            self._partial.append(content)
+            return
+        complete, rest = split_lines("".join(self._partial), content)
+        self._partial = [rest] if rest else []
         self._ready.extend(complete)
 
     async def _finish(self) -> None:
@@ -113,13 +118,14 @@ class LineStream:
             # The server ignored the schema (some take response_format and do nothing):
             # read what the model wrote as lines, so the scheduler can say what is wrong.
             self._steps = None
-            complete, self._partial = split_lines("", self.text)
+            complete, rest = split_lines("", self.text)
+            self._partial = [rest] if rest else []
             self._ready.extend(complete)
         if self._steps is not None:
             self._ready.extend(self._steps.finish())
         if self._partial and self.finish_reason != "length":
-            self._ready.append(self._partial)  # a last line without its newline
-        self._partial = ""  # cut by max_tokens: not a line, the caller sees finish_reason
+            self._ready.append("".join(self._partial))  # a last line without its newline
+        self._partial = []  # cut by max_tokens: not a line, the caller sees finish_reason
         await self.aclose()
 
     async def aclose(self) -> None:

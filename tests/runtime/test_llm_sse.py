@@ -121,6 +121,17 @@ async def test_chunks_split_at_any_byte_give_the_same_lines(size: int) -> None:
     assert client.total_usage.calls == 1
 
 
+@pytest.mark.parametrize("finish", ["stop", "length"])
+async def test_one_character_per_chunk_gives_the_same_lines(finish: str) -> None:
+    text = 'one\r\ntwo\n\n{"id": 3}'
+    body = [*(event(char) for char in text), event(finish=finish), b"data: [DONE]\n\n"]
+    async with sse_model(RawServer(body)) as client:
+        lines, stream = await read(client)
+    cut = finish == "length"  # the last line was cut by max_tokens: no line
+    assert lines == ["one", "two", "", *([] if cut else ['{"id": 3}'])]
+    assert stream.text == text and stream.finish_reason == finish
+
+
 async def test_without_usage_the_call_is_estimated() -> None:
     body = [event("alpha beta\n"), event("gamma", finish="stop", usage=None),
             b"data: [DONE]\n\n"]
