@@ -4,7 +4,8 @@ One :class:`ModelClient` per :class:`ModelSettings` (each role names its own mod
 are no hidden defaults). Every call reports its token usage and cost, and every failure
 becomes a :class:`~runtime.errors.ModelError` that says what to check. The planner uses
 :meth:`ModelClient.stream_lines` to hand JSONL plan lines to the scheduler while the model
-is still writing the rest of the plan.
+is still writing the rest of the plan (:mod:`runtime.line_stream`; the streamed body is
+read by :mod:`runtime.chat_stream`, not by the SDK's per-chunk models).
 """
 
 from __future__ import annotations
