@@ -4,34 +4,33 @@ One :class:`ModelClient` per :class:`ModelSettings` (each role names its own mod
 are no hidden defaults). Every call reports its token usage and cost, and every failure
 becomes a :class:`~runtime.errors.ModelError` that says what to check. The planner uses
 :meth:`ModelClient.stream_lines` to hand JSONL plan lines to the scheduler while the model
-is still writing the rest of the plan.
+is still writing the rest of the plan (:mod:`runtime.line_stream`; the streamed body is
+read by :mod:`runtime.chat_stream`, not by the SDK's per-chunk models).
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import msgspec
 import openai
 from openai.types.chat import (
-    ChatCompletionChunk,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
     ChatCompletionToolUnionParam,
 )
 from openai.types.chat.completion_create_params import ResponseFormat
-from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols import Usage
 
+from .chat_stream import ChatChunkStream
 from .errors import ModelConfigError, ModelError
-from .json_stream import StepArrayReader
+from .line_stream import LineStream, split_lines
 from .model_errors import model_error
 from .structured import Constraint, Structured
 from .token_estimate import estimate_messages, estimate_text
@@ -152,6 +151,15 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     """``stop``, ``length``, ``tool_calls`` ..."""
 
 
+class _TokenCounts(Protocol):
+    """Token counts as a server reports them (whole responses, or a stream's last chunk)."""
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+
+
 ROLE_HEADER = "x-plancast-role"
 """Request header naming the calling role; proxies and the scripted server route on it."""
 
@@ -247,11 +255,13 @@ class ModelClient:
         """
         return LineStream(self, messages, constraint)
 
-    def _record(self, reported: CompletionUsage | None, messages: Sequence[ChatMessage],
+    def _record(self, reported: _TokenCounts | None, messages: Sequence[ChatMessage],
                 text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> Usage:
         """Count one call: as the server reported it, else estimated here (never 0)."""
-        if reported is not None and reported.prompt_tokens + reported.completion_tokens:
-            usage = self.settings.usage(reported.prompt_tokens, reported.completion_tokens)
+        prompt, completion = (reported.prompt_tokens or 0, reported.completion_tokens or 0) \
+            if reported is not None else (0, 0)
+        if prompt + completion:
+            usage = self.settings.usage(prompt, completion)
         else:
             prompt = estimate_messages(messages) + (
                 estimate_text(msgspec.json.encode(list(tools)).decode()) if tools else 0)
@@ -261,133 +271,23 @@ class ModelClient:
 
     async def _open_stream(
         self, messages: Sequence[ChatMessage], constraint: Constraint | None
-    ) -> openai.AsyncStream[ChatCompletionChunk]:
+    ) -> ChatChunkStream:
+        """Send a streamed request; its body is read by :class:`ChatChunkStream`, not the
+        SDK (whose per-chunk models cost the planner more CPU than the rest of a step)."""
         s = self.settings
+        request = self._client.chat.completions.with_streaming_response.create(
+            model=s.model,
+            messages=_messages(messages),
+            temperature=_opt(s.temperature),
+            max_tokens=_opt(self.max_tokens),
+            extra_body=_body(s, constraint),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         try:
-            return await self._client.chat.completions.create(
-                model=s.model,
-                messages=_messages(messages),
-                temperature=_opt(s.temperature),
-                max_tokens=_opt(self.max_tokens),
-                extra_body=_body(s, constraint),
-                stream=True,
-                stream_options={"include_usage": True},
-            )
+            return await ChatChunkStream.open(request)
         except openai.OpenAIError as exc:
             raise model_error(exc, s, constraint) from exc
-
-
-class LineStream:
-    """The lines of one streamed completion (without their newlines), as they arrive.
-
-    A final line without a newline is yielded at the end, unless the model was stopped
-    there by ``max_tokens`` (``finish_reason`` "length": the line was cut). ``usage``,
-    ``finish_reason`` and ``text`` are complete once the iteration has ended. A stream
-    closed before its end
-    (a plan rejected mid-stream, a timeout) still counts: its usage is estimated from the
-    text received.
-    """
-
-    def __init__(self, client: ModelClient, messages: Sequence[ChatMessage],
-                 constraint: Constraint | None = None) -> None:
-        self.usage: Usage | None = None
-        """Usage of the call; None until the stream has ended."""
-        self.finish_reason: str | None = None
-        """Why the model stopped; None until it says."""
-        self.text = ""
-        """Everything received so far."""
-        self._client = client
-        self._messages = messages
-        self._constraint = constraint
-        self._steps = StepArrayReader() if constraint and constraint.framing == "steps" \
-            else None
-        self._stream: openai.AsyncStream[ChatCompletionChunk] | None = None
-        self._reported: CompletionUsage | None = None
-        self._ready: deque[str] = deque()
-        self._partial = ""
-        self._done = False
-
-    @property
-    def framing(self) -> str:
-        """``lines`` (JSON Lines, or any text) or ``steps`` (elements of a steps array)."""
-        return "steps" if self._steps is not None else "lines"
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> str:
-        while not self._ready:
-            if self._done:
-                raise StopAsyncIteration
-            await self._pull()
-        return self._ready.popleft()
-
-    async def _pull(self) -> None:
-        if self._stream is None:
-            self._stream = await self._client._open_stream(self._messages, self._constraint)
-        try:
-            chunk = await self._stream.__anext__()
-        except StopAsyncIteration:
-            await self._finish()
-            return
-        except openai.OpenAIError as exc:
-            await self.aclose()
-            raise model_error(exc, self._client.settings, self._constraint) from exc
-        if chunk.usage is not None:
-            self._reported = chunk.usage
-        for choice in chunk.choices[:1]:
-            self.finish_reason = choice.finish_reason or self.finish_reason
-            if choice.delta.content:
-                self._feed(choice.delta.content)
-
-    def _feed(self, content: str) -> None:
-        self.text += content
-        if self._steps is not None:
-            self._ready.extend(self._steps.feed(content))
-            return
-        complete, self._partial = split_lines(self._partial, content)
-        self._ready.extend(complete)
-
-    async def _finish(self) -> None:
-        self._done = True
-        if self._steps is not None and not self._steps.started:
-            # The server ignored the schema (some take response_format and do nothing):
-            # read what the model wrote as lines, so the scheduler can say what is wrong.
-            self._steps = None
-            complete, self._partial = split_lines("", self.text)
-            self._ready.extend(complete)
-        if self._steps is not None:
-            self._ready.extend(self._steps.finish())
-        if self._partial and self.finish_reason != "length":
-            self._ready.append(self._partial)  # a last line without its newline
-        self._partial = ""  # cut by max_tokens: not a line, the caller sees finish_reason
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Stop streaming and release the connection (safe to call more than once); the
-        call is counted here, once, whether it ended or was cut."""
-        self._done = True
-        if self._stream is not None and self.usage is None:
-            self.usage = self._client._record(self._reported, self._messages, self.text)
-        if self._stream is not None:
-            await self._stream.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-def split_lines(partial: str, content: str) -> tuple[list[str], str]:
-    """Complete the lines that ``content`` ends; returns them and the new partial line."""
-    *complete, rest = (partial + content).split("\n")
-    return [line.removesuffix("\r") for line in complete], rest
 
 
 def _calls_text(calls: Sequence[ToolCall]) -> str:
