@@ -94,6 +94,8 @@ class Actor:
         self.handled = 0
         self.restarts = 0
         self._slots = anyio.Semaphore(concurrency, fast_acquire=True)
+        self._freed = anyio.Event()
+        """Set when a handler gives its slot back (a fresh one is made to wait again)."""
         self._in_flight: dict[int, tuple[Delivery, str]] = {}
         self._idle = anyio.Event()
         self._idle.set()
@@ -136,6 +138,7 @@ class Actor:
             self._idle = anyio.Event()
             self._idle.set()
             self._slots = anyio.Semaphore(self.concurrency, fast_acquire=True)
+            self._freed = anyio.Event()
         self._served = True
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._heartbeat_loop)
@@ -235,8 +238,7 @@ class Actor:
             while failures < REBIND_AFTER:
                 # Ask only while a slot is free (other sources of this actor need slots
                 # too), for no more than are free.
-                async with self._slots:
-                    pass
+                await self._room()
                 try:
                     msgs.extend(await pull.next_batch(lambda: int(self._slots.value)))
                     failures = 0
@@ -259,6 +261,14 @@ class Actor:
                 for msg in [*msgs, *pull.drop()]:
                     await Delivery(msg, durable=True).nak()
                 await pull.stop()
+
+    async def _room(self) -> None:
+        """Until a slot is free. Not by taking one and giving it back: with two sources
+        waiting that way, each hands the slot to the other and sees no room itself."""
+        while self._slots.value == 0:
+            if self._freed.is_set():
+                self._freed = anyio.Event()
+            await self._freed.wait()
 
     async def _admit(self, delivery: Delivery, decoder: Any) -> None:
         """Wait for a free slot, then handle the message in its own task."""
@@ -291,6 +301,7 @@ class Actor:
             if not self._in_flight:
                 self._idle.set()
             self._slots.release()
+            self._freed.set()
 
     async def _decode(self, delivery: Delivery, decoder: Any) -> Message | str:
         """The decoded message, or the reason it is refused."""

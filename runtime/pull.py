@@ -75,7 +75,8 @@ class Pull:
 
     async def next_batch(self, room: Callable[[], int]) -> list[Any]:
         """The messages that have arrived (waiting up to about ``expires`` for some); asks
-        for more first when no request is open and ``room()`` says there is room.
+        for more first when no request is open and ``room()`` says there is room, and
+        returns at once, empty, when there is none.
         ``ConsumerGone`` once every message that came before the news has been returned."""
         if self._gone:
             raise ConsumerGone(self._gone)
@@ -83,8 +84,12 @@ class Pull:
             self._open = 0  # its end went unheard
         if not self._open and not self._arrived:
             want = min(room(), self.cap)
-            if want > 0:
-                await self._request(want)
+            if want <= 0:
+                # No room: waiting here would hold back the next request for a whole expiry
+                # after the room comes back (another source of the actor took the slot the
+                # caller had just seen free). The caller waits for room, then asks.
+                return []
+            await self._request(want)
         if not self._arrived:
             with anyio.move_on_after(self.expires + SLACK):
                 await self._wake.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from protocols import (
     stream_name,
     subject,
 )
+from runtime.actor import Source, WorkQueue
 from runtime.bus import Bus
 from runtime.connection import open_bus
 from runtime.settings import Settings
@@ -230,4 +231,38 @@ async def test_a_worker_holds_no_more_work_than_its_concurrency(
         await actor.working.wait()
         info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
         assert info.num_ack_pending == 1 and info.num_pending == 2
+        actor.drain()
+
+
+class TwoQueueEcho(EchoActor):
+    """Echoes tasks from two work queues, sharing its slots between them."""
+
+    def sources(self) -> Sequence[Source]:
+        return [*super().sources(), WorkQueue(
+            Stream.WORK, self.bus.subject(Verb.STEP, "echo2"), "step-echo2",
+            accepts=(StepTask,))]
+
+
+async def test_two_sources_waiting_for_one_slot_both_ask_once_it_is_free(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both sources of a busy actor wait for its one slot. When it frees, each must ask for
+    work: taking the slot and giving it back handed it to the other one, which then saw no
+    room and, before, sent no request until its pull expired (1.2 s stalls in a benchmark
+    shape); here an expiry longer than the test's deadline."""
+    monkeypatch.setattr("runtime.actor.FETCH_WAIT", 60.0)
+    settings = Settings(nats_url=nats_url, prefix=prefix)
+    async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+        results = Watch(StepResult, bus)
+        await bus.nc.subscribe(subject(prefix, Verb.RESULT, "*", wildcard=True), cb=results.cb)
+        actor = TwoQueueEcho(bus, concurrency=1)
+        await tg.start(actor.serve)
+        one, two = bus.subject(Verb.STEP, "echo"), bus.subject(Verb.STEP, "echo2")
+        await bus.publish_durable(one, task("sleep:0.3", step_id=1))
+        await bus.publish_durable(two, task("sleep:0.3", step_id=2))
+        await results.wait_for(2)  # both sources ran a task through the one slot
+        await bus.publish_durable(one, task("again", step_id=3))
+        await bus.publish_durable(two, task("again", step_id=4))
+        done = await results.wait_for(4)
+        assert sorted(r.step_id for r in done) == [1, 2, 3, 4]
         actor.drain()
