@@ -39,10 +39,9 @@ from runtime.bus import (
     WRONG_LAST_SEQUENCE,
     Bus,
     Fenced,
-    acknowledged,
     fence_headers,
-    outcome,
 )
+from runtime.jetstream import acknowledged, outcome
 from runtime.scheduler import Scheduler, StepState, references
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-import runtime.bus as bus_module
+import runtime.jetstream as jetstream
 from protocols import RunFinished, RunStarted, Stream, Verb, encode, stream_name
 from runtime.bus import Bus, Unsettled
 from runtime.client import follow
@@ -75,7 +75,7 @@ async def test_settle_does_not_wait_forever_for_a_lost_acknowledgement(
 ) -> None:
     """A server that dies after a publish went out never acknowledges it: settle() gives
     up waiting and stores the message again (once, under its message id)."""
-    monkeypatch.setattr(bus_module, "ACK_WAIT", 0.2)
+    monkeypatch.setattr(jetstream, "ACK_WAIT", 0.2)
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
         never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         payload = encode(RunStarted(run_id="r4", goal="lost ack"))
