@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import Any
 
-import anyio
 import msgspec
 from nats.js import api
 from nats.js.client import JetStreamContext
@@ -95,14 +93,15 @@ _ACK = msgspec.json.Decoder(_Ack)
 
 async def acknowledged(futures: Sequence[asyncio.Future[Any] | None]) -> None:
     """Wait, ``ACK_WAIT`` seconds at most for all of them together, until these publish
-    acknowledgements are in (or failed); one timer for the lot, not one per message."""
+    acknowledgements are in (or failed); one timer for the lot, not one per message.
+
+    Never by awaiting a future itself: another task settling the same message may give
+    up on it and cancel it (``outcome``), and awaiting a cancelled future would cancel
+    this task, whatever it was in the middle of (a run's timer failing a step once let a
+    late result of the attempt through that way)."""
     waiting = [f for f in futures if f is not None and not f.done()]
-    if not waiting:
-        return
-    with anyio.move_on_after(ACK_WAIT):
-        for future in waiting:
-            with suppress(Exception):
-                await future
+    if waiting:
+        await asyncio.wait(waiting, timeout=ACK_WAIT)
 
 
 def outcome(future: asyncio.Future[Any] | None) -> Any:

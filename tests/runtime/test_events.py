@@ -83,3 +83,30 @@ async def test_settle_does_not_wait_forever_for_a_lost_acknowledgement(
         with anyio.fail_after(10):
             await bus.settle([lost])
         assert await stored(bus, prefix, "r4") == 1
+
+
+async def test_a_lost_acknowledgement_given_up_by_one_settle_does_not_cancel_another(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks settle the same message (a run's save and an event's own write); the one
+    whose wait ends first gives the acknowledgement up, cancelling its future. The other
+    must go on and store the message, not be cancelled itself: a run's deadline check once
+    died that way halfway through failing a step, and a late result of the attempt got in."""
+    monkeypatch.setattr(jetstream, "ACK_WAIT", 0.2)
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        payload = encode(RunStarted(run_id="r5", goal="shared ack"))
+        lost = Unsettled(f"{prefix}.event.r5", payload, {"Nats-Msg-Id": "r5/e1"}, never)
+        finished: list[str] = []
+
+        async def settle(name: str, delay: float) -> None:
+            await anyio.sleep(delay)
+            await bus.settle([lost])
+            finished.append(name)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(settle, "first", 0.0)
+                tg.start_soon(settle, "second", 0.1)  # still waiting when the first gives up
+        assert sorted(finished) == ["first", "second"]
+        assert await stored(bus, prefix, "r5") == 1
