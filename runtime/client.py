@@ -216,9 +216,9 @@ class _Reader:
 def _queued(sub: Any) -> Msg | None:
     """A message already waiting in the subscription, taken without nats-py's ``next_msg``
     (a UUID and two tasks per call: most of a watcher's cost per event when they come
-    fast); None when none waits."""
-    queue = sub._pending_queue
-    if queue.empty():
+    fast); None when none waits (or nats-py keeps its queue elsewhere now)."""
+    queue = getattr(sub, "_pending_queue", None)
+    if queue is None or queue.empty():
         return None
     msg: Msg = queue.get_nowait()
     sub._pending_size -= len(msg.data)
