@@ -233,6 +233,7 @@ class Planner(RoleActor):
                 with run.scope:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(run_timers.watch, run)
+                        tg.start_soon(run.events.write_behind)
                         tg.start_soon(self._keep_lease, run)
                         await run.drive(resumed=adopted)
                         tg.cancel_scope.cancel()

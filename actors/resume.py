@@ -41,14 +41,13 @@ from protocols import (
     UsageRecorded,
     Verb,
     WorkFailed,
-    decoder_for,
     stream_name,
 )
-from protocols.codec import UNREADABLE
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
 from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
 from runtime.scheduler import StepState
+from runtime.stored_events import readable_events
 
 from .run_state import PREVIEW, RunState, StepMeta
 
@@ -86,7 +85,6 @@ async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, i
     written under (retried through failovers)."""
     stream = stream_name(bus.prefix, Stream.EVENTS)
     subject = bus.subject(Verb.EVENT, run_id)
-    decoder = decoder_for(RunEvent)
     found: list[tuple[RunEvent, int]] = []
     seq, delay = after + 1, 0.1
     while True:
@@ -102,13 +100,9 @@ async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, i
             delay *= 2
             continue
         seq = int(raw.seq or seq) + 1
-        try:
-            event = decoder.decode(await bus.resolve(raw.data or b""))
-        except UNREADABLE as exc:
-            log.warning("run %s: an event at %d is unreadable (%s); skipped", run_id, raw.seq,
-                        exc)
-            continue
-        found.append((event, int((raw.headers or {}).get(EXPECT_SEQ, 0))))
+        fence = int((raw.headers or {}).get(EXPECT_SEQ, 0))
+        found += [(event, fence)
+                  for event in readable_events(await bus.resolve(raw.data or b""), run_id)]
 
 
 async def planned_steps(bus: Bus, record: RunRecord, missing: set[int]) -> dict[int, StepRecord]:

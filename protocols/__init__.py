@@ -10,6 +10,8 @@ from .codec import encode as encode
 from .events import TERMINAL_EVENTS as TERMINAL_EVENTS
 from .events import CriticVerdict as CriticVerdict
 from .events import Event as Event
+from .events import EventBatch as EventBatch
+from .events import EventMessage as EventMessage
 from .events import OutcomeRefused as OutcomeRefused
 from .events import PlanApproved as PlanApproved
 from .events import PlanAwaitingApproval as PlanAwaitingApproval

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from ._base import Message, Usage
 from .lineage import ParentStep, RunId
 from .plan import Step, StepId
@@ -273,6 +275,29 @@ RunEvent = (
     | RunFinished
     | RunFailed
 )
-"""Every event a run can publish; decode with ``decoder_for(RunEvent)``."""
+"""Every event a run can publish; decode one with ``decoder_for(RunEvent)`` (a message read
+from the events stream may be a batch: decode it as ``EventMessage``)."""
+
+
+class EventBatch(Message, frozen=True, kw_only=True, tag="event.batch"):
+    """Consecutive events of one run stored as one message: those its planner emitted in
+    the same moment (a plan's lines read in one go, results of many steps handled at
+    once). A run dispatching hundreds of steps then stores, acknowledges and delivers a
+    message per moment instead of one per event.
+
+    Each element is an event exactly as it would travel alone, in sequence order; a reader
+    decodes each on its own, so one it does not know is skipped, not the batch. A batch is
+    ``schema_version`` 2: a reader that predates it must not take the stream for gapless.
+    """
+
+    schema_version: int = 2
+    run_id: RunId
+    """The run all the events belong to."""
+    events: list[msgspec.Raw]
+    """The events, each an ``event.*`` message as JSON."""
+
+
+EventMessage = RunEvent | EventBatch
+"""What one message on ``<prefix>.event.<run_id>`` decodes to: an event, or a batch."""
 
 TERMINAL_EVENTS = (RunFinished, RunFailed)

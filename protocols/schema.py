@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from ._base import SCHEMA_VERSION
-from .events import RunEvent
+from .events import EventBatch, RunEvent
 from .messages import (
     ActorError,
     Heartbeat,
@@ -56,6 +56,7 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     StepRecord,
     RunOwner,
     *RunEvent.__args__,
+    EventBatch,
 )
 """Every message type that crosses the bus."""
 

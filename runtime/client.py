@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import suppress
-from typing import Any, get_args
+from typing import Any
 
 import anyio
 import msgspec
@@ -35,14 +35,13 @@ from protocols import (
     RunResumed,
     Stream,
     Verb,
-    decoder_for,
     new_run_id,
     stream_name,
 )
-from protocols.codec import UNREADABLE
 
 from .bus import TRANSIENT, Bus
 from .errors import PlancastError
+from .stored_events import readable_events, stored_events
 
 log = logging.getLogger(__name__)
 
@@ -119,16 +118,6 @@ async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -
     await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
                               RunCancel(run_id=run_id, reason=reason, source=source),
                               msg_id=f"{run_id}/cancel")
-
-
-class _Peek(msgspec.Struct):
-    """What ``follow`` needs of an event it cannot decode in full."""
-
-    type: str = ""
-    seq: int = 0
-
-
-_KNOWN_TYPES = frozenset(t.__struct_config__.tag for t in get_args(RunEvent))
 
 
 class _Lost(Exception):
@@ -241,7 +230,6 @@ async def follow(
     ``RunStalled`` when no event arrives for that many seconds (None: wait as long as the
     run lasts).
     """
-    decoder = decoder_for(RunEvent)
     stream = stream_name(bus.prefix, Stream.EVENTS)
     reader = _Reader(bus, bus.subject(Verb.EVENT, run_id), stream)
     resume, expected, early = 1, 1, dict[int, RunEvent | None]()
@@ -283,12 +271,13 @@ async def follow(
                 delay = min(delay * 2, 2.0)
                 continue
             resume, last_event = msg.metadata.sequence.stream + 1, anyio.current_time()
-            seq, event = _decode(decoder, data, run_id)
-            if seq < expected:
-                continue
-            early[seq] = event
-            if isinstance(event, RunResumed):  # numbers lost with the previous owner
-                early |= {n: None for n in event.skipped if n >= expected and n not in early}
+            for seq, event in stored_events(data, run_id):
+                if seq < expected:
+                    continue
+                early[seq] = event
+                if isinstance(event, RunResumed):  # numbers lost with the previous owner
+                    early |= {n: None for n in event.skipped if n >= expected
+                              and n not in early}
             while expected in early:
                 ready = early.pop(expected)
                 expected += 1
@@ -299,24 +288,6 @@ async def follow(
                     return
     finally:
         await reader.close(delete=True)
-
-
-def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, run_id: str,
-            ) -> tuple[int, RunEvent | None]:
-    """The event's number and the event, or None for one to skip (unknown or broken)."""
-    try:
-        event: RunEvent = decoder.decode(data)
-        return event.seq, event
-    except UNREADABLE as exc:
-        try:
-            peek = msgspec.json.decode(data, type=_Peek)
-        except UNREADABLE:
-            peek = _Peek()
-        if peek.type and peek.type not in _KNOWN_TYPES:
-            log.debug("run %s: skipping event %d of unknown type %r", run_id, peek.seq, peek.type)
-        else:
-            log.warning("run %s: skipping an event that does not decode (%s)", run_id, exc)
-        return peek.seq, None
 
 
 def _check_stream(exc: Exception, stream: str, bus: Bus, since: float | None) -> float | None:
@@ -347,11 +318,9 @@ async def last_event(bus: Bus, run_id: str) -> RunEvent | None:
         raw = await bus.js.get_last_msg(stream, bus.subject(Verb.EVENT, run_id))
     except NotFoundError:
         return None
-    try:
-        event: RunEvent = decoder_for(RunEvent).decode(await bus.resolve(raw.data or b""))
-    except UNREADABLE:
-        return None  # a newer kind of event: the run has not ended as far as we know
-    return event
+    events = readable_events(await bus.resolve(raw.data or b""), run_id)
+    # none: a newer kind of event; the run has not ended as far as we know
+    return events[-1] if events else None
 
 
 async def events_so_far(bus: Bus, run_id: str) -> list[RunEvent]:

@@ -1,4 +1,5 @@
-"""A run's event log: numbers events 1, 2, 3 ... and stores them on the events stream.
+"""A run's event log: numbers events 1, 2, 3 ... and stores them on the events stream,
+those of one moment together.
 
 Only the run's owner writes it, and the server enforces that: every event expects the
 run's fence subject to end at the owner's ``run.owner`` message, so a planner that lost
@@ -18,6 +19,8 @@ from protocols import (
     TERMINAL_EVENTS,
     CriticVerdict,
     Event,
+    EventBatch,
+    Message,
     OutcomeRefused,
     StepDispatched,
     StepFailed,
@@ -27,10 +30,11 @@ from protocols import (
     UsageRecorded,
     Verb,
     WorkFailed,
+    encode,
     nonce,
 )
 
-from .bus import Bus, Fenced, Unsettled, fence_headers
+from .bus import Bus, Unsettled, fence_headers
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +70,21 @@ def identity(event: Event) -> Hashable | None:
     return None
 
 
+MAX_BATCH = 512
+"""Most events stored in one message (a batch also stays under half the largest message
+plancast sends, so it is never offloaded to the object store)."""
+
+
 class EventLog:
     """The single writer of one run's events (the planner that owns the run).
 
-    Each event is stored with ``Nats-Msg-Id = <run>/<nonce>/e<seq>``, so a retry is stored
-    once; the nonce is this writer's secret, so nobody else sharing the stream (roles
-    report errors on it) can publish first under the id of an event still to come.
+    Events are sent behind the emitter's back, one message per moment: those emitted while
+    the event loop was busy elsewhere go together, as an ``event.batch`` when there are
+    several (``write_behind`` sends them as soon as the loop is free; ``flush`` makes sure
+    they are stored). Each message is stored with ``Nats-Msg-Id = <run>/<nonce>/e<seq>``
+    (a batch ``e<first>-<last>``), so a retry is stored once; the nonce is this writer's
+    secret, so nobody else sharing the stream (roles report errors on it) can publish
+    first under the id of an event still to come.
     """
 
     def __init__(self, bus: Bus, run_id: str, *, next_seq: int = 1, fence: int = 0) -> None:
@@ -88,58 +101,92 @@ class EventLog:
         """True after the terminal event: nothing may follow it."""
         self.stored_seq = 0
         """Stream sequence of the latest event known stored."""
-        self._lock = anyio.Lock(fast_acquire=True)
-        self._unsettled: list[Unsettled] = []
+        self._pending: list[Event] = []  # emitted, not sent yet
+        self._unsettled: list[Unsettled] = []  # sent, storage not confirmed yet
+        self._send_lock = anyio.Lock(fast_acquire=True)
+        self._wake = anyio.Event()
 
     async def emit(self, event: Event) -> Event | None:
-        """Stamp the event with the next sequence number and the time, and send it.
+        """Stamp the event with the next sequence number and the time; it is sent as soon
+        as the loop is free (``write_behind``), or by the next ``flush``.
 
-        Subscribers see it at once; its storage is confirmed by ``flush`` (the planner
-        flushes before it saves state, so before it acknowledges what caused the event).
-        Emits are serialized, so numbers are stored in order. Returns None for an event
-        that was already announced, or that would follow the terminal one.
+        The planner flushes before it saves state, so before it acknowledges what caused
+        the event. Returns None for an event that was already announced, or that would
+        follow the terminal one.
         """
         key = identity(event)
         if key is not None and key in self.announced:
             self.announced.discard(key)
             return None
-        async with self._lock:
-            if self.closed:
-                log.warning("run %s: %s after the run ended; not recorded", self.run_id,
-                            type(event).__name__)
-                return None
-            stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
-            sent = await self.bus.publish_soon(self.subject, stamped, headers=self.headers,
-                                               msg_id=f"{self.run_id}/{self.nonce}/e{self.next_seq}")
-            self._unsettled.append(sent)  # flush confirms it (at once, if stored below)
-            self.next_seq += 1
-            if self.headers is not None and not self.bus.pipeline_fenced:
-                # The server takes fenced events one at a time: store this one now. If it
-                # cannot be, it stays pending: flush tries again, and no state is saved
-                # before it is stored (the change it tells of is already made in memory).
-                # Only a fence may stop the caller here: it emits, then changes what the
-                # event tells of, and must not be cut off in between.
-                try:
-                    await self.bus.settle([sent])
-                except Fenced:
-                    raise
-                except Exception as exc:
-                    log.info("run %s: event %d not stored yet (%s); it is stored with the "
-                             "next flush", self.run_id, stamped.seq, exc)
-            self.closed = isinstance(event, TERMINAL_EVENTS)
+        if self.closed:
+            log.warning("run %s: %s after the run ended; not recorded", self.run_id,
+                        type(event).__name__)
+            return None
+        stamped = msgspec.structs.replace(event, seq=self.next_seq, ts=time.time())
+        self._pending.append(stamped)
+        self.next_seq += 1
+        self.closed = isinstance(event, TERMINAL_EVENTS)
+        self._wake.set()
         return stamped
+
+    async def write_behind(self) -> None:
+        """Send emitted events whenever the loop is free, until cancelled (the run's owner
+        runs this beside the run): subscribers see events without waiting for a save."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                await self._send()
+            except Exception as exc:  # flush sends them again, and says why if it fails
+                log.info("run %s: events not sent yet (%s); the next flush sends them",
+                         self.run_id, exc)
 
     @property
     def settled(self) -> bool:
         """Every event emitted so far is known stored."""
-        return all(u.seq for u in self._unsettled)
+        return not self._pending and all(u.seq for u in self._unsettled)
 
     async def flush(self) -> None:
-        """Wait until every event emitted so far is stored (``Fenced``: we lost the run)."""
-        sent, self._unsettled = self._unsettled, []
-        try:
-            await self.bus.settle(sent)
-        except BaseException:
-            self._unsettled[:0] = [u for u in sent if not u.seq]
-            raise
+        """Wait until every event emitted so far is stored (``Fenced``: we lost the run).
+
+        It first lets the loop run once, so that the events other tasks emit in this same
+        moment (each result of a batch is handled by its own task) go in the same message.
+        """
+        await anyio.lowlevel.checkpoint()
+        await self._send()
+        sent = list(self._unsettled)
+        await self.bus.settle(sent)  # another flush may settle the same ones: that is safe
+        self._unsettled = [u for u in self._unsettled if not u.seq]
         self.stored_seq = max([self.stored_seq, *(u.seq for u in sent)])
+
+    async def _send(self) -> None:
+        """Send every pending event, in order, as few messages as fit."""
+        async with self._send_lock:
+            while self._pending:
+                count, message, msg_id = self._next_message()
+                sent = await self.bus.publish_soon(self.subject, message, headers=self.headers,
+                                                   msg_id=msg_id)
+                del self._pending[:count]
+                self._unsettled.append(sent)
+                if self.headers is not None and not self.bus.pipeline_fenced:
+                    # The server takes fenced writes one at a time (a replicated stream):
+                    # store this one before the next is sent.
+                    await self.bus.settle([sent])
+
+    def _next_message(self) -> tuple[int, Message, str]:
+        """How many pending events the next message takes, the message and its id."""
+        first = self._pending[0]
+        base = f"{self.run_id}/{self.nonce}/e{first.seq}"
+        if len(self._pending) == 1:
+            return 1, first, base
+        limit, size, parts = self.bus.settings.max_message_bytes // 2, 0, list[msgspec.Raw]()
+        for event in self._pending[:MAX_BATCH]:
+            raw = encode(event)
+            if parts and size + len(raw) > limit:
+                break
+            parts.append(msgspec.Raw(raw))
+            size += len(raw)
+        if len(parts) == 1:  # a large event goes alone (it may be offloaded)
+            return 1, first, base
+        last = first.seq + len(parts) - 1
+        return len(parts), EventBatch(run_id=self.run_id, events=parts), f"{base}-{last}"

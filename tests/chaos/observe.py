@@ -27,11 +27,11 @@ from protocols import (
     RunRequest,
     Stream,
     Verb,
-    decoder_for,
     stream_name,
 )
 from runtime.bus import Bus
 from runtime.client import RunNotAccepted, follow, submit
+from runtime.stored_events import readable_events
 
 from .workload import RunSpec
 
@@ -154,13 +154,12 @@ async def _read_log(bus: Bus, run_id: str) -> StoredLog:
         last = await bus.js.get_last_msg(stream, subject)
     except NotFoundError:
         return StoredLog([])
-    decoder = decoder_for(RunEvent)
     raw: list[RunEvent] = []
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True,
                                  deliver_policy=api.DeliverPolicy.ALL)
     try:
         async for msg in sub.messages:
-            raw.append(decoder.decode(await bus.resolve(msg.data)))
+            raw += readable_events(await bus.resolve(msg.data), run_id)
             if msg.metadata.sequence.stream >= (last.seq or 0):
                 break
     finally:

@@ -5,24 +5,41 @@ from __future__ import annotations
 import asyncio
 
 import anyio
+import msgspec
 import pytest
+from anyio import wait_all_tasks_blocked
+from anyio.lowlevel import checkpoint
+from nats.js.errors import NotFoundError
 
 import runtime.jetstream as jetstream
-from protocols import RunFinished, RunStarted, Stream, Verb, encode, stream_name
+from protocols import EventBatch, RunFinished, RunStarted, Stream, Verb, encode, stream_name
 from runtime.bus import Bus, Unsettled
 from runtime.client import follow
 from runtime.connection import open_bus
 from runtime.events import EventLog
 from runtime.provision import provision
 from runtime.settings import Settings
+from runtime.stored_events import stored_events
 
 pytestmark = pytest.mark.anyio
 
 
+async def messages(bus: Bus, prefix: str, run_id: str) -> list[bytes]:
+    """Every message stored on the run's events subject, in stream order."""
+    stream, subject = stream_name(prefix, Stream.EVENTS), f"{prefix}.event.{run_id}"
+    found, seq = [], 1
+    while True:
+        try:
+            raw = await bus.js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except NotFoundError:
+            return found
+        found.append(raw.data or b"")
+        seq = int(raw.seq or seq) + 1
+
+
 async def stored(bus: Bus, prefix: str, run_id: str) -> int:
-    info = await bus.js.stream_info(
-        stream_name(prefix, Stream.EVENTS), subjects_filter=f"{prefix}.event.{run_id}")
-    return int(sum((info.state.subjects or {}).values()))
+    """How many events are stored (a batch counts each of its events)."""
+    return sum(len(stored_events(data, run_id)) for data in await messages(bus, prefix, run_id))
 
 
 async def test_sequential_emits_are_numbered_and_stored(nats_url: str, prefix: str) -> None:
@@ -57,10 +74,15 @@ async def test_settle_stores_again_what_went_unconfirmed(nats_url: str, prefix: 
     settings = Settings(nats_url=nats_url, prefix=prefix, publish_retry_for=10)
     async with open_bus(settings, ensure_streams=False) as bus:
         log = EventLog(bus, "r3")
-        await log.emit(RunStarted(run_id="r3", goal="before the stream exists"))
-        await provision(bus.js, prefix)  # the stream appears only now
-        await log.emit(RunFinished(run_id="r3", answer="after"))
-        await log.flush()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(log.write_behind)
+            await log.emit(RunStarted(run_id="r3", goal="before the stream exists"))
+            await wait_all_tasks_blocked()  # sent, and its acknowledgement is an error
+            await provision(bus.js, prefix)  # the stream appears only now
+            await log.emit(RunFinished(run_id="r3", answer="after"))
+            await wait_all_tasks_blocked()
+            await log.flush()
+            tg.cancel_scope.cancel()
         assert await stored(bus, prefix, "r3") == 2
         first_stored = await bus.js.get_msg(stream_name(prefix, Stream.EVENTS), 1)
         assert first_stored.data is not None and b'"seq":2' in first_stored.data
@@ -110,3 +132,66 @@ async def test_a_lost_acknowledgement_given_up_by_one_settle_does_not_cancel_ano
                 tg.start_soon(settle, "second", 0.1)  # still waiting when the first gives up
         assert sorted(finished) == ["first", "second"]
         assert await stored(bus, prefix, "r5") == 1
+
+
+async def test_the_events_of_one_moment_are_stored_as_one_batch(nats_url: str,
+                                                                prefix: str) -> None:
+    """Events emitted while the loop is busy go in one ``event.batch`` message (one store,
+    one acknowledgement, one delivery); readers still get them one by one, in order."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        log = EventLog(bus, "r6")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(log.write_behind)
+            for i in range(100):
+                await log.emit(RunStarted(run_id="r6", goal=f"g{i}"))
+            await log.emit(RunFinished(run_id="r6", answer="done"))
+            await log.flush()
+            tg.cancel_scope.cancel()
+        stored_messages = await messages(bus, prefix, "r6")
+        assert len(stored_messages) == 1
+        assert msgspec.json.decode(stored_messages[0])["type"] == "event.batch"
+        with anyio.fail_after(10):
+            followed = [event async for event in follow(bus, "r6")]
+        assert [e.seq for e in followed] == list(range(1, 102))
+        assert isinstance(followed[-1], RunFinished)
+
+
+async def test_events_apart_in_time_are_stored_apart_and_a_batch_stays_small(
+    nats_url: str, prefix: str
+) -> None:
+    """An event emitted alone is stored as itself (as before batches existed); a batch
+    takes no more than fits in half the largest message, so it is never offloaded."""
+    settings = Settings(nats_url=nats_url, prefix=prefix, max_message_bytes=4096)
+    async with open_bus(settings) as bus:
+        log = EventLog(bus, "r7")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(log.write_behind)
+            await log.emit(RunStarted(run_id="r7", goal="alone"))
+            await wait_all_tasks_blocked()
+            for i in range(40):
+                await log.emit(RunStarted(run_id="r7", goal=f"{i:03d}" + "x" * 200))
+            await checkpoint()
+            await log.emit(RunFinished(run_id="r7", answer="y" * 10_000))  # offloaded alone
+            await log.flush()
+            tg.cancel_scope.cancel()
+        stored_messages = await messages(bus, prefix, "r7")
+        kinds = [msgspec.json.decode(m)["type"] for m in stored_messages]
+        assert kinds[0] == "event.run.started"
+        assert kinds[-1] == "message.offloaded"
+        assert set(kinds[1:-1]) == {"event.batch"} and len(kinds) > 3
+        batches = [msgspec.json.decode(m, type=EventBatch) for m in stored_messages[1:-1]]
+        assert all(sum(len(e) for e in b.events) <= 2048 for b in batches)
+        with anyio.fail_after(10):
+            followed = [event async for event in follow(bus, "r7")]
+        assert [e.seq for e in followed] == list(range(1, 43))
+
+
+def test_a_broken_or_unknown_event_in_a_batch_skips_only_itself() -> None:
+    good = [encode(RunStarted(run_id="r8", goal="g", seq=n)) for n in (1, 3)]
+    batch = (b'{"type":"event.batch","schema_version":2,"run_id":"r8","events":['
+             + good[0] + b',{"type":"event.from.the.future","seq":2},{"seq":"x"},'
+             + good[1] + b"]}")
+    assert [(n, type(e).__name__) for n, e in stored_events(batch, "r8")] == [
+        (1, "RunStarted"), (2, "NoneType"), (0, "NoneType"), (3, "RunStarted")]
+    assert stored_events(b"not json", "r8") == [(0, None)]
+    assert stored_events(b'{"type":"event.batch","events":7}', "r8") == [(0, None)]
