@@ -103,12 +103,14 @@ class RunSaver:
 
 
 async def finish(run: Run, answer: str) -> None:
+    """The synthesizer's answer ends the run."""
     await run.events.emit(RunFinished(run_id=run.run_id, answer=answer, usage=run.usage))
     run.record = msgspec.structs.replace(run.record, status="finished", outcome=answer)
     await run.save()
 
 
 async def fail(run: Run, failure: RunFailure) -> None:
+    """End the run with this failure; the tasks of its running steps are taken back."""
     log.warning("run %s failed at %s: %s", run.run_id, failure.stage, failure)
     async with run.lock:
         await run.forget_tasks([s.id for s in run.scheduler.steps
