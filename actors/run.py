@@ -3,7 +3,8 @@
 Every state change goes through ``lock`` so outcomes arriving while the plan is still
 streaming see a consistent DAG, and every change is an event, in order. The run waits on
 one thing at a time (its steps, a synthesis), and anything that ends the wait early (a
-replan request, a failure, a deadline in ``run_timers``) wakes it.
+replan request, a failure, a deadline in ``run_timers``) wakes it. Sending steps out is
+``run_dispatch``'s, writing the run down (and its end) ``run_save``'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
-import msgspec
 
 from protocols import (
     Message,
@@ -22,34 +22,28 @@ from protocols import (
     PlanDecision,
     ReplanRequest,
     ReplanStarted,
-    RunFailed,
-    RunFinished,
     RunResumed,
     Step,
     StepClaimed,
-    StepDispatched,
     StepFailed,
     StepFinished,
-    StepTask,
-    Stream,
     SynthesisDecision,
     SynthesisTask,
     Usage,
     UsageRecorded,
-    Verb,
     WorkError,
     nonce,
-    stream_name,
 )
 from runtime import telemetry
-from runtime.bus import TRANSIENT, Fenced, StorageFull, Unsettled
+from runtime.bus import TRANSIENT, Fenced, StorageFull
 from runtime.errors import ModelConfigError, ModelError, StepStateError
-from runtime.events import EventLog, identity, identity_key, identity_of
+from runtime.events import EventLog, identity, identity_of
 from runtime.scheduler import StepState
 
-from . import delegation, outcomes, run_state, step_gates
-from .resume import Tail, task_id
+from . import delegation, outcomes, run_dispatch, run_save, run_state
+from .resume import Tail
 from .run_plan import plan_round
+from .run_save import RunSaver
 from .run_state import PREVIEW, RunFailure, RunState
 
 if TYPE_CHECKING:
@@ -81,6 +75,7 @@ class Run:
         self.told = self.tail.told | saved
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
+        """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.review_mode = self.request.review_plan or self.team.review_plan
         """``off``, or who approves each plan round before it runs (``plan_review``)."""
         self.awaiting: tuple[int, str] | None = None
@@ -92,13 +87,10 @@ class Run:
         """Steps held at their approval gate: the attempt waiting, and until when."""
         self.passed: set[tuple[int, int]] = set()
         """Step attempts a person approved."""
-        """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
         self.usage = self.tail.usage or record.usage
         self.plan_closed = record.plan_closed
         self.synthesis_round = record.synthesis_round
         self.round_reason = record.round_reason
-        self.store = run_state.RunStore(self.bus, planner.kv, self.run_id, revision,
-                                        retry_for=self.bus.settings.publish_retry_for)
         self.lock = anyio.Lock(fast_acquire=True)
         self.replan: ReplanRequest | None = None
         """A request for a new round that arrived while the run waited."""
@@ -110,11 +102,11 @@ class Run:
         """Cancelled when the run is lost to another planner."""
         self._work = anyio.CancelScope()
         self._changed = anyio.Event()
-        self._republish = dict(self.tail.republish)
-        self._touched: set[int] = set(self.meta)  # steps whose records need writing
-        self._unsettled: list[tuple[int, Unsettled]] = []  # tasks sent, storage unconfirmed
-        self._saved = self._version = 0
-        self._save_lock = anyio.Lock(fast_acquire=True)
+        self.republish = dict(self.tail.republish)
+        """Tasks the log shows dispatched, to send again once their inputs are known."""
+        self.saver = RunSaver(self, run_state.RunStore(
+            self.bus, planner.kv, self.run_id, revision,
+            retry_for=self.bus.settings.publish_retry_for))
 
     # -- the run, top to bottom ----------------------------------------------------------
 
@@ -142,7 +134,7 @@ class Run:
                 log.exception("run %s crashed", self.run_id)
                 self.failure = RunFailure("runtime", f"{type(exc).__name__}: {exc}", "crash")
         if self.failure is not None and self.record.status == "active":
-            await self._fail(self.failure)
+            await run_save.fail(self, self.failure)
 
     def abort(self, failure: RunFailure) -> None:
         """End the run with this failure, whatever it is waiting on."""
@@ -153,7 +145,7 @@ class Run:
     async def _life(self, resumed: bool) -> None:
         req = self.request
         if self.tail.terminal is not None:  # it ended; only its state was not saved yet
-            await self._ended(self.tail.terminal)
+            await run_save.record_end(self, self.tail.terminal)
             return
         if self.events.next_seq == 1:
             await self.events.emit(delegation.run_started(self))
@@ -162,7 +154,7 @@ class Run:
                                               previous=self.previous_owner,
                                               skipped=self.tail.skipped))
         async with self.lock:  # send what the log says was sent, and what is ready
-            await self._republish_ready()
+            await run_dispatch.republish_ready(self)
             self.scheduler.promote()
             if not self.holding:  # held steps wait for their round's approval
                 await self.dispatch(self.scheduler.ready())
@@ -183,7 +175,7 @@ class Run:
             if not reason:
                 decision = await self._synthesize(req.max_replans - round_)
                 if decision is not None and decision.action == "finish":
-                    await self._finish(decision.answer)
+                    await run_save.finish(self, decision.answer)
                     return
                 reason, source = (decision.reason or "the synthesizer asked", "synthesizer") \
                     if decision is not None else self._why_replan()
@@ -259,52 +251,18 @@ class Run:
     # -- changing steps (callers hold ``lock``) ------------------------------------------
 
     async def dispatch(self, steps: list[Step]) -> None:
-        now = time.time()
-        for step in steps:
-            attempt = self.scheduler.attempt(step.id)
-            if await step_gates.hold(self, step, attempt):
-                continue  # ready, waiting for a person's approval
-            self.scheduler.start(step.id)
-            self.meta[step.id].new_attempt(now)
-            await self._send(step, attempt, task_id(self.run_id, step.id, attempt, self.fence))
-            await self.events.emit(StepDispatched(run_id=self.run_id, step_id=step.id,
-                                                  role=step.role, attempt=attempt))
+        """Send the steps out, those their approval gate does not hold (``run_dispatch``)."""
+        await run_dispatch.dispatch(self, steps)
 
     def touch(self, step_id: int) -> None:
         """The step's record changed: write it with the next save."""
-        self._touched.add(step_id)
-
-    async def _send(self, step: Step, attempt: int, msg_id: str) -> None:
-        if step.tool is not None:
-            sent = msgspec.structs.replace(step, args=self.scheduler.resolve_args(step))
-            inputs = self.scheduler.code_inputs(step)
-        else:
-            sent, inputs = step, self.scheduler.inputs_for(step)
-        task = StepTask(run_id=self.run_id, goal=self.request.goal, step=sent, attempt=attempt,
-                        inputs=inputs, feedback=self.meta[step.id].feedback,
-                        timeout=self.team.step_timeout(step.role, step.timeout),
-                        deadline=self.record.deadline, nonce=nonce())
-        meta = self.meta[step.id]
-        meta.task_id, meta.task_seq = msg_id, 0
-        self._touched.add(step.id)
-        await self.send(self.bus.subject(Verb.STEP, step.role), task, msg_id=msg_id,
-                        step_id=step.id)
+        self.saver.touched.add(step_id)
 
     async def send(self, subject: str, message: Message, *, msg_id: str,
                    step_id: int = 0) -> None:
         """Send work now; it is confirmed stored before the state that says so is saved."""
-        self._unsettled.append((step_id, await self.bus.publish_soon(
+        self.saver.unsettled.append((step_id, await self.bus.publish_soon(
             subject, message, msg_id=msg_id, headers=telemetry.task_headers(self.run_id))))
-
-    async def _republish_ready(self) -> None:
-        """Send again the tasks the log shows dispatched whose inputs are known again."""
-        for sid, msg_id in list(self._republish.items()):
-            if self.state_of(sid) is not StepState.RUNNING:
-                del self._republish[sid]
-            elif all(self.state_of(d) is StepState.DONE
-                     for d in self.scheduler.dependencies(sid)):
-                del self._republish[sid]
-                await self._send(self.scheduler.step(sid), self.scheduler.attempt(sid), msg_id)
 
     async def step_done(self, step: Step, attempt: int, output: str, executor: str,
                         duration: float) -> None:
@@ -312,18 +270,18 @@ class Run:
             self.meta[step.id].output_ref = await self.bus.put_object(
                 f"out/{self.run_id}/{step.id}/{attempt}", output.encode())
         ready = self.scheduler.complete(step.id, output)
-        self._touched.add(step.id)
+        self.touch(step.id)
         preview = output if len(output) <= PREVIEW else output[:PREVIEW] + "…"
         await self.events.emit(StepFinished(run_id=self.run_id, step_id=step.id,
                                             attempt=attempt, output=preview,
                                             executor=executor, duration=max(duration, 0.0)))
         await self.dispatch(ready)
-        await self._republish_ready()
+        await run_dispatch.republish_ready(self)
         self.check_round_over()
 
     async def step_failed(self, step: Step, attempt: int, error: str, retry: bool,
                           cause: str) -> None:
-        self._touched.add(step.id)
+        self.touch(step.id)
         await self.events.emit(StepFailed(run_id=self.run_id, step_id=step.id, attempt=attempt,
                                           error=error, will_retry=retry, cause=cause))
         self.meta[step.id].review_output = None
@@ -337,12 +295,7 @@ class Run:
 
     async def forget_tasks(self, step_ids: list[int]) -> None:
         """Delete the queued tasks of attempts given up, so no executor runs them late."""
-        await delegation.cancel_children(self, step_ids, "the parent run gave the step up")
-        work = stream_name(self.bus.prefix, Stream.WORK)
-        for sid in step_ids:
-            meta = self.meta.get(sid)
-            if meta is not None and meta.task_seq:
-                await self.bus.delete(work, meta.task_seq)
+        await run_dispatch.forget_tasks(self, step_ids)
 
     async def spent(self, source: str, usage: Usage) -> None:
         if not usage.calls:
@@ -405,86 +358,6 @@ class Run:
                              for sid, err in failures.items()), "planner"
         return "", ""
 
-    async def _finish(self, answer: str) -> None:
-        await self.events.emit(RunFinished(run_id=self.run_id, answer=answer, usage=self.usage))
-        self.record = msgspec.structs.replace(self.record, status="finished", outcome=answer)
-        await self.save()
-
-    async def _fail(self, failure: RunFailure) -> None:
-        log.warning("run %s failed at %s: %s", self.run_id, failure.stage, failure)
-        async with self.lock:
-            await self.forget_tasks([s.id for s in self.scheduler.steps
-                                     if self.scheduler.state(s.id) is StepState.RUNNING])
-            await self.events.emit(RunFailed(run_id=self.run_id, reason=str(failure),
-                                             stage=failure.stage, usage=self.usage,
-                                             cause=failure.cause))
-            self.record = msgspec.structs.replace(self.record, status="failed",
-                                                  outcome=str(failure))
-        try:
-            await self.save()
-        except Fenced:
-            log.warning("run %s was taken over while it failed", self.run_id)
-
-    async def _ended(self, terminal: object) -> None:
-        """Record an end the previous owner announced but did not store."""
-        if isinstance(terminal, RunFinished):
-            self.record = msgspec.structs.replace(self.record, status="finished",
-                                                  outcome=terminal.answer)
-        elif isinstance(terminal, RunFailed):
-            self.record = msgspec.structs.replace(self.record, status="failed",
-                                                  outcome=terminal.reason)
-        self.events.closed = True
-        await self.save()
-
     async def save(self) -> None:
-        """Store what changed: the steps touched since the last save, then the header.
-
-        The header is written with compare-and-set, so a planner that lost the run learns
-        it here (``LostRun``). Concurrent callers share one write.
-        """
-        self._version += 1
-        wanted = self._version
-        async with self._save_lock:
-            if self._saved >= wanted:
-                return  # a write that started after our change already covered it
-            # What the state says was sent must be stored before the state is, including
-            # what was sent while we waited (the state is read after the last wait).
-            while True:
-                sent, self._unsettled = self._unsettled, []
-                try:
-                    await self.events.flush()
-                    await self.bus.settle([u for _, u in sent])
-                except BaseException:
-                    self._unsettled[:0] = sent
-                    raise
-                for sid, u in sent:
-                    meta = self.meta.get(sid)
-                    if meta is not None and meta.task_id == u.headers.get("Nats-Msg-Id"):
-                        meta.task_seq = u.seq
-                if not self._unsettled and self.events.settled:
-                    break
-            version = self._version
-            touched, self._touched = self._touched, set()
-            records = [run_state.step_record(self.scheduler, self.meta[sid], step)
-                       for sid in touched
-                       if (step := self._step_or_none(sid)) is not None]
-            head = run_state.header(
-                self.record, self.scheduler, plan_closed=self.plan_closed,
-                synthesis_round=self.synthesis_round, next_seq=self.events.next_seq,
-                events_seq=self.events.stored_seq, usage=self.usage,
-                owner=self.planner.owner_id, lease_until=time.time() + self.planner.lease,
-                round_reason=self.round_reason, fence=self.fence,
-                announced=sorted(identity_key(k) for k in self.events.announced))
-            try:
-                # Never cut in half by a cancel (an abort, a lost lease): a header the server
-                # took but whose revision we never learned would make the next save look
-                # like another planner's and drop the run (bounded by the store's retries).
-                with anyio.CancelScope(shield=True):
-                    await self.store.write(head, records)
-            except BaseException:
-                self._touched |= touched  # written again next time
-                raise
-            self._saved = version
-
-    def _step_or_none(self, step_id: int) -> Step | None:
-        return self.scheduler.step(step_id) if self.state_of(step_id) is not None else None
+        """Store what changed (``RunSaver.save``); returns once it is stored."""
+        await self.saver.save()

@@ -4,7 +4,8 @@ An actor declares its ``sources`` (where messages come from) and one ``@on(Type)
 handler per message type. The base does the rest the same way for every role: decode
 with msgspec, refuse bad input loudly (an ``ActorError`` event and a dead letter, never
 a silent drop), keep long work alive with in-progress acks, beat a heartbeat, and on
-``drain`` stop taking work, finish or hand back what is in hand, then return.
+``drain`` stop taking work, finish or hand back what is in hand, then return. Reading
+the sources themselves (subscriptions, pull consumers) is ``runtime.intake``'s.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ import re
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.errors import Error as NatsError
 
 from protocols import (
     ActorError,
@@ -32,7 +31,6 @@ from protocols import (
     Verb,
     WorkError,
     decoder_for,
-    stream_name,
     validate_token,
 )
 from protocols.codec import UNREADABLE
@@ -40,25 +38,13 @@ from protocols.codec import UNREADABLE
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
 from .errors import SetupError
-from .pull import ConsumerGone, Pull
+from .intake import PULL_CAP, Intake
 from .reports import header_safe, tag_of, traceback_tail, work_error
-from .sources import (
-    FETCH_WAIT,
-    REBIND_AFTER,
-    Source,
-    Subscription,
-    WorkQueue,
-    bind,
-    consumer_config,
-    on,
-)
+from .sources import Source, Subscription, WorkQueue, consumer_config, on
 
 __all__ = ["Actor", "Source", "Subscription", "WorkQueue", "new_instance_id", "on"]
 
 log = logging.getLogger(__name__)
-
-PULL_CAP = 64
-"""Most tasks one pull request of one source asks for."""
 
 
 def new_instance_id() -> str:
@@ -180,87 +166,24 @@ class Actor:
         scope: anyio.CancelScope = await self._intake.start(self._consume, source)
         return scope
 
-    # -- intake --------------------------------------------------------------------------
+    # -- intake and slots ----------------------------------------------------------------
 
     async def _consume(self, source: Source, *, task_status: TaskStatus[Any]) -> None:
+        """Read one source into this actor's slots until cancelled (``runtime.intake``)."""
         accepts = source.accepts or tuple(self._handlers)
         unknown = [t.__name__ for t in accepts if t not in self._handlers]
         if unknown:
             raise TypeError(f"{type(self).__name__} has no @on handler for {unknown}")
         decoder = decoder_for(accepts[0] if len(accepts) == 1 else _union(accepts))
+        intake = Intake(self.bus, self.name, self._admit, self._room,
+                        lambda: int(self._slots.value), min(self.concurrency, PULL_CAP))
         with anyio.CancelScope() as scope:
             if isinstance(source, Subscription):
-                await self._consume_core(source, decoder, scope, task_status)
+                await intake.subscription(source, decoder, scope, task_status)
             else:
-                await self._consume_work(source, decoder, scope, task_status)
-
-    async def _consume_core(
-        self, source: Subscription, decoder: Any, scope: anyio.CancelScope,
-        task_status: TaskStatus[Any],
-    ) -> None:
-        sub = await self.bus.nc.subscribe(source.subject, queue=source.queue or "")
-        task_status.started(scope)
-        try:
-            async for msg in sub.messages:
-                await self._admit(Delivery(msg, durable=False), decoder)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await sub.unsubscribe()
-
-    async def _consume_work(
-        self, source: WorkQueue, decoder: Any, scope: anyio.CancelScope,
-        task_status: TaskStatus[Any],
-    ) -> None:
-        config = consumer_config(source, self.settings)
-        self._ack_wait = min(self._ack_wait, config.ack_wait or self._ack_wait)
-        started = False
-        while True:  # (re)bind the consumer: a failover may lose it or time its creation out
-            psub = await bind(self.bus, source, config, self.name)
-            if not started:
-                task_status.started(scope)
-                started = True
-            try:
-                await self._fetch_loop(source, decoder, config.max_deliver or 1)
-            finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await psub.unsubscribe()
-
-    async def _fetch_loop(self, source: WorkQueue, decoder: Any, max_deliver: int) -> None:
-        """Keep a pull open for as many tasks as there are free slots, handing each to a
-        handler as it comes; return to rebind the consumer after errors that do not pass
-        (a consumer lost in a failover)."""
-        pull = Pull(self.bus, stream_name(self.bus.prefix, source.stream), source.consumer,
-                    cap=min(self.concurrency, PULL_CAP), expires=FETCH_WAIT)
-        await pull.start()
-        msgs: deque[Any] = deque()
-        failures = 0
-        try:
-            while failures < REBIND_AFTER:
-                # Ask only while a slot is free (other sources of this actor need slots
-                # too), for no more than are free.
-                await self._room()
-                try:
-                    msgs.extend(await pull.next_batch(lambda: int(self._slots.value)))
-                    failures = 0
-                except ConsumerGone as exc:
-                    log.warning("%s: consumer %s is gone (%s); binding it again", self.name,
-                                source.consumer, exc)
-                    return
-                except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
-                    failures += 1
-                    log.warning("%s: fetching work failed (%s); retrying", self.name, exc)
-                    await anyio.sleep(FETCH_WAIT)
-                while msgs:
-                    delivery = Delivery(msgs[0], durable=True, max_deliver=max_deliver)
-                    await self._admit(delivery, decoder)
-                    msgs.popleft()
-        finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                # Pulled but never handed to a handler (we were stopped): give them back
-                # now rather than after their ack wait.
-                for msg in [*msgs, *pull.drop()]:
-                    await Delivery(msg, durable=True).nak()
-                await pull.stop()
+                config = consumer_config(source, self.settings)
+                self._ack_wait = min(self._ack_wait, config.ack_wait or self._ack_wait)
+                await intake.work_queue(source, config, decoder, scope, task_status)
 
     async def _room(self) -> None:
         """Until a slot is free. Not by taking one and giving it back: with two sources

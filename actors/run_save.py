@@ -1,0 +1,138 @@
+"""Writing a driven run down: what changed since the last write, and how the run ended.
+
+A run changes in memory (under its ``lock``) and is written behind: ``RunSaver`` keeps
+which steps were touched and which sent tasks are not yet confirmed stored, and writes
+the steps, then the header, once those tasks are (the state never says more was sent
+than the stream holds). A run's end is an event first, then a record that says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from protocols import RunFailed, RunFinished, Step
+from runtime.bus import Fenced, Unsettled
+from runtime.events import identity_key
+from runtime.scheduler import StepState
+
+from . import run_state
+from .run_state import RunFailure, RunStore
+
+if TYPE_CHECKING:
+    from .run import Run
+
+log = logging.getLogger(__name__)
+
+
+class RunSaver:
+    """The write-behind of one run's state to the run-state bucket."""
+
+    def __init__(self, run: Run, store: RunStore) -> None:
+        self.run = run
+        self.store = store
+        self.touched: set[int] = set(run.meta)
+        """Steps whose records need writing."""
+        self.unsettled: list[tuple[int, Unsettled]] = []
+        """Tasks sent (with their step) whose storage is not confirmed yet."""
+        self._saved = self._version = 0
+        self._lock = anyio.Lock(fast_acquire=True)
+
+    async def save(self) -> None:
+        """Store what changed: the steps touched since the last save, then the header.
+
+        The header is written with compare-and-set, so a planner that lost the run learns
+        it here (``LostRun``). Concurrent callers share one write.
+        """
+        self._version += 1
+        wanted = self._version
+        async with self._lock:
+            if self._saved >= wanted:
+                return  # a write that started after our change already covered it
+            await self._settle_sent()
+            version = self._version
+            touched, self.touched = self.touched, set()
+            run = self.run
+            records = [run_state.step_record(run.scheduler, run.meta[sid], step)
+                       for sid in touched
+                       if (step := self._step_or_none(sid)) is not None]
+            head = run_state.header(
+                run.record, run.scheduler, plan_closed=run.plan_closed,
+                synthesis_round=run.synthesis_round, next_seq=run.events.next_seq,
+                events_seq=run.events.stored_seq, usage=run.usage,
+                owner=run.planner.owner_id, lease_until=time.time() + run.planner.lease,
+                round_reason=run.round_reason, fence=run.fence,
+                announced=sorted(identity_key(k) for k in run.events.announced))
+            try:
+                # Never cut in half by a cancel (an abort, a lost lease): a header the server
+                # took but whose revision we never learned would make the next save look
+                # like another planner's and drop the run (bounded by the store's retries).
+                with anyio.CancelScope(shield=True):
+                    await self.store.write(head, records)
+            except BaseException:
+                self.touched |= touched  # written again next time
+                raise
+            self._saved = version
+
+    async def _settle_sent(self) -> None:
+        """What the state says was sent must be stored before the state is, including
+        what was sent while we waited (the state is read after the last wait)."""
+        run = self.run
+        while True:
+            sent, self.unsettled = self.unsettled, []
+            try:
+                await run.events.flush()
+                await run.bus.settle([u for _, u in sent])
+            except BaseException:
+                self.unsettled[:0] = sent
+                raise
+            for sid, u in sent:
+                meta = run.meta.get(sid)
+                if meta is not None and meta.task_id == u.headers.get("Nats-Msg-Id"):
+                    meta.task_seq = u.seq
+            if not self.unsettled and run.events.settled:
+                break
+
+    def _step_or_none(self, step_id: int) -> Step | None:
+        run = self.run
+        return run.scheduler.step(step_id) if run.state_of(step_id) is not None else None
+
+
+async def finish(run: Run, answer: str) -> None:
+    """The synthesizer's answer ends the run."""
+    await run.events.emit(RunFinished(run_id=run.run_id, answer=answer, usage=run.usage))
+    run.record = msgspec.structs.replace(run.record, status="finished", outcome=answer)
+    await run.save()
+
+
+async def fail(run: Run, failure: RunFailure) -> None:
+    """End the run with this failure; the tasks of its running steps are taken back."""
+    log.warning("run %s failed at %s: %s", run.run_id, failure.stage, failure)
+    async with run.lock:
+        await run.forget_tasks([s.id for s in run.scheduler.steps
+                                if run.scheduler.state(s.id) is StepState.RUNNING])
+        await run.events.emit(RunFailed(run_id=run.run_id, reason=str(failure),
+                                        stage=failure.stage, usage=run.usage,
+                                        cause=failure.cause))
+        run.record = msgspec.structs.replace(run.record, status="failed",
+                                             outcome=str(failure))
+    try:
+        await run.save()
+    except Fenced:
+        log.warning("run %s was taken over while it failed", run.run_id)
+
+
+async def record_end(run: Run, terminal: object) -> None:
+    """Record an end the previous owner announced but did not store."""
+    if isinstance(terminal, RunFinished):
+        run.record = msgspec.structs.replace(run.record, status="finished",
+                                             outcome=terminal.answer)
+    elif isinstance(terminal, RunFailed):
+        run.record = msgspec.structs.replace(run.record, status="failed",
+                                             outcome=terminal.reason)
+    run.events.closed = True
+    await run.save()
