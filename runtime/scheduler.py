@@ -60,6 +60,30 @@ def _substitute(args: Any, results: Mapping[int, str]) -> Any:
     return args
 
 
+_BUSY = frozenset({StepState.READY, StepState.RUNNING})
+
+
+class _States(dict[int, StepState]):
+    """Step id -> state, counting the busy steps (ready or running) as states change:
+    whether a round is done is asked after every outcome, and scanning every step each
+    time made a wide plan cost its planner time quadratic in its steps."""
+
+    busy = 0
+
+    def __init__(self, states: dict[int, StepState]) -> None:
+        super().__init__()
+        for sid, state in states.items():
+            self[sid] = state
+
+    def __setitem__(self, sid: int, state: StepState) -> None:
+        self.busy += (state in _BUSY) - (self.get(sid) in _BUSY)
+        super().__setitem__(sid, state)
+
+    def __delitem__(self, sid: int) -> None:
+        self.busy -= self[sid] in _BUSY
+        super().__delitem__(sid)
+
+
 class Scheduler:
     """The state of one run's plan DAG across plan rounds.
 
@@ -93,7 +117,7 @@ class Scheduler:
         self._deps: dict[int, tuple[int, ...]] = {}
         self._dependents: dict[int, list[int]] = {}  # also keyed by ids not declared yet
         self._results: dict[int, str] = dict(finished or {})
-        self._state = dict.fromkeys(self._results, StepState.DONE)
+        self._state = _States(dict.fromkeys(self._results, StepState.DONE))
         self._attempts = dict.fromkeys(self._results, 1)
         self._failures: dict[int, str] = {}
         self._dropped: set[int] = set()  # ids of earlier rounds' unfinished steps
@@ -340,9 +364,7 @@ class Scheduler:
 
     def is_done(self) -> bool:
         """The plan is closed and nothing is ready or running (failed steps count as given up)."""
-        states = self._state.values()  # `in` scans in C: this runs after every outcome
-        return (self._closed and StepState.READY not in states
-                and StepState.RUNNING not in states)
+        return self._closed and self._state.busy == 0
 
     # -- private -------------------------------------------------------------------------
 

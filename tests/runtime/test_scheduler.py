@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -436,3 +437,51 @@ def test_a_restored_step_whose_dependencies_are_done_is_promoted_to_ready() -> N
     assert s.is_done()  # what made such a run end without step 2 and 3
     assert ids(s.promote()) == [2] and s.state(2) is StepState.READY
     assert s.promote() == [] and not s.is_done()
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.data())
+def test_is_done_agrees_with_the_states_through_every_kind_of_change(
+    dag: tuple[list[Step], dict[int, set[int]]], data: st.DataObject
+) -> None:
+    """``is_done`` keeps a count of busy steps instead of scanning them all: it must agree
+    with the states after adds, starts, outcomes, retries, discards, replans and a restore."""
+    order, _ = dag
+    s = make()
+    to_add = list(order)
+
+    def busy() -> bool:
+        return any(s.state(step.id) in (StepState.READY, StepState.RUNNING) for step in s.steps)
+
+    for _ in range(60):
+        running = [st_.id for st_ in s.steps if s.state(st_.id) is StepState.RUNNING]
+        failed = [st_.id for st_ in s.steps if s.state(st_.id) is StepState.FAILED]
+        choices = (["add"] if to_add else []) + (["start"] if s.ready() else []) \
+            + (["complete", "fail"] if running else []) + (["retry"] if failed else []) \
+            + ["discard", "replan", "restore"]
+        match data.draw(st.sampled_from(choices)):
+            case "add":
+                with contextlib.suppress(PlanValidationError):  # after a discard, say
+                    s.add(to_add.pop(0))
+                    if not to_add:
+                        s.close_plan()
+            case "start":
+                s.start(data.draw(st.sampled_from(s.ready())).id)
+            case "complete":
+                s.complete(data.draw(st.sampled_from(running)), "out")
+            case "fail":
+                s.fail(data.draw(st.sampled_from(running)), "err")
+            case "retry":
+                s.retry(data.draw(st.sampled_from(failed)))
+            case "discard":
+                s.discard_pending()
+            case "replan":
+                s.new_round()
+                to_add = []
+            case "restore":
+                s = Scheduler.restore(
+                    known_roles=ROLES, known_tools=TOOLS, max_steps=50, round=s.round,
+                    closed=s.closed, dropped=s.dropped,
+                    steps=[(st_, s.round, s.state(st_.id), s.attempt(st_.id), "")
+                           for st_ in s.steps])
+        assert s.is_done() == (s.closed and not busy())
