@@ -70,11 +70,6 @@ def identity(event: Event) -> Hashable | None:
     return None
 
 
-MAX_BATCH = 512
-"""Most events stored in one message (a batch also stays under half the largest message
-plancast sends, so it is never offloaded to the object store)."""
-
-
 class EventLog:
     """The single writer of one run's events (the planner that owns the run).
 
@@ -177,10 +172,12 @@ class EventLog:
         """How many pending events the next message takes, the message and its id."""
         first = self._pending[0]
         base = f"{self.run_id}/{self.nonce}/e{first.seq}"
-        if len(self._pending) == 1:
+        most = self.bus.settings.event_batch
+        if len(self._pending) == 1 or most == 1:
             return 1, first, base
+        # A batch stays under half the largest message, so it is never offloaded.
         limit, size, parts = self.bus.settings.max_message_bytes // 2, 0, list[msgspec.Raw]()
-        for event in self._pending[:MAX_BATCH]:
+        for event in self._pending[:most]:
             raw = encode(event)
             if parts and size + len(raw) > limit:
                 break

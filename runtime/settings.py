@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     claim_after: float = Field(default=0.02, ge=0)
     """Seconds an executor runs a step before it sends the step's claim; a step that ends
     sooner claims it in its result (one message instead of two)."""
+    event_batch: int = Field(default=512, ge=1)
+    """Most events a planner stores in one message (an ``event.batch``: the events of one
+    moment); 1 sends every event alone, as plancast did before batches, for subscribers
+    and planners of an older version during a rolling upgrade."""
     drain_timeout: float = Field(default=20.0, ge=0)
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
     connect_timeout: float = Field(default=5.0, gt=0)

@@ -195,3 +195,15 @@ def test_a_broken_or_unknown_event_in_a_batch_skips_only_itself() -> None:
         (1, "RunStarted"), (2, "NoneType"), (0, "NoneType"), (3, "RunStarted")]
     assert stored_events(b"not json", "r8") == [(0, None)]
     assert stored_events(b'{"type":"event.batch","events":7}', "r8") == [(0, None)]
+
+
+async def test_event_batch_1_stores_every_event_alone(nats_url: str, prefix: str) -> None:
+    """``PLANCAST_EVENT_BATCH=1``: what a rolling upgrade from an older plancast needs (its
+    planners and subscribers read one event per message)."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix, event_batch=1)) as bus:
+        log = EventLog(bus, "r9")
+        for i in range(20):
+            await log.emit(RunStarted(run_id="r9", goal=f"g{i}"))
+        await log.flush()
+        stored_messages = await messages(bus, prefix, "r9")
+        assert [msgspec.json.decode(m)["seq"] for m in stored_messages] == list(range(1, 21))
