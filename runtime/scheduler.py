@@ -66,7 +66,8 @@ _BUSY = frozenset({StepState.READY, StepState.RUNNING})
 class _States(dict[int, StepState]):
     """Step id -> state, counting the busy steps (ready or running) as states change:
     whether a round is done is asked after every outcome, and scanning every step each
-    time made a wide plan cost its planner time quadratic in its steps."""
+    time made a wide plan cost its planner time quadratic in its steps. Only ``[]=`` and
+    ``del`` keep the count: the scheduler changes states with nothing else."""
 
     busy = 0
 
