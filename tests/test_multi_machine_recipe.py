@@ -9,11 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-from contextlib import ExitStack
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import Process
 
 from runtime.embedded import free_port
 from runtime.testing import Rule, Scenario, open_scripted_model_server
@@ -58,43 +59,69 @@ async def test_the_multi_machine_recipe_runs_as_written(tmp_path: Path) -> None:
     async with open_scripted_model_server(Scenario(rules=RULES)) as model:
         env = {**clean_env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=model.base_url),
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-        with ExitStack() as stack:
-            def start(script: str, log: str) -> subprocess.Popen[bytes]:
-                out = stack.enter_context((tmp_path / log).open("wb"))
-                proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env,
-                                        stdout=out, stderr=out, start_new_session=True)
-                stack.callback(_stop_group, proc)
-                return proc
+        async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+            async def start(script: str, name: str) -> Started:
+                proc = await anyio.open_process(
+                    ["bash", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, start_new_session=True)
+                started = Started(name, proc)
+                stack.push_async_callback(_stop_group, proc)
+                tg.start_soon(started.read)
+                return started
 
-            start(f"{cluster}\nwait", "cluster.log")
+            cluster_proc = await start(f"{cluster}\nwait", "cluster")
             # "machines B and C" both run the researcher line; no wait for the cluster.
-            procs = [start(f"{exports}\nexec {line}", f"worker{n}.log") for n, line
+            procs = [await start(f"{exports}\nexec {line}", f"worker{n}") for n, line
                      in enumerate([workers[0], workers[1], workers[1], workers[2]])]
+            logs = [cluster_proc, *procs]
             with anyio.fail_after(180):
                 result = await anyio.run_process(
                     ["bash", "-c", f"{exports}\nexec {run}"], cwd=tmp_path, env=env,
                     check=False)
-            for proc in procs:  # workers drain on SIGTERM and exit 0
-                proc.send_signal(signal.SIGTERM)
+            # A serving worker drains on SIGTERM and exits 0 (one still starting when the
+            # run ends, as a spare researcher may be, would die of the signal instead).
             with anyio.fail_after(60):
-                codes = [await anyio.to_thread.run_sync(proc.wait) for proc in procs]
-    assert result.returncode == 0, stderr_tail(result) + _logs(tmp_path)
-    assert codes == [0, 0, 0, 0], _logs(tmp_path)
+                for started in procs:
+                    await started.serving.wait()
+            for started in procs:
+                started.proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                codes = [await started.proc.wait() for started in procs]
+    assert result.returncode == 0, stderr_tail(result) + _logs(logs)
+    assert codes == [0, 0, 0, 0], _logs(logs)
     said = result.stdout.decode()
     assert "answer: Germany has about 16 million more people than France." in said, said
 
 
-def _logs(directory: Path) -> str:
-    return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in directory.glob("*.log"))
+class Started:
+    """A started command and what it printed; ``serving`` is set once it says so."""
+
+    def __init__(self, name: str, proc: Process) -> None:
+        self.name, self.proc = name, proc
+        self.out = bytearray()
+        self.serving = anyio.Event()
+
+    async def read(self) -> None:
+        assert self.proc.stdout is not None
+        async for chunk in self.proc.stdout:
+            self.out += chunk
+            if b"serving" in self.out:
+                self.serving.set()
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+def _logs(started: list[Started]) -> str:
+    return "\n".join(f"--- {s.name}\n{s.out[-1500:].decode(errors='replace')}"
+                     for s in started)
+
+
+async def _stop_group(proc: Process) -> None:
     """SIGTERM to the command and everything it started; SIGKILL if it lingers."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+        with anyio.move_on_after(30):
+            await proc.wait()
+            return
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        await proc.wait()
     except ProcessLookupError:
         pass
