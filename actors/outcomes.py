@@ -44,7 +44,7 @@ from runtime.team import TEAM_KIND
 
 from . import delegation, plan_review, step_gates
 from .resume import task_id
-from .run_state import RunFailure
+from .run_state import PREVIEW, RunFailure
 
 if TYPE_CHECKING:
     from .run import Run
@@ -57,19 +57,24 @@ class Early(Exception):
     stream fails over): offer it again shortly rather than refuse it now."""
 
 
-async def apply(run: Run, message: Message, sender: str, *, patient: bool = False) -> None:
+async def apply(run: Run, message: Message, sender: str, *, patient: bool = False) -> bool:
     """Apply ``message``, sent on the ``sender`` role's subject, to the run; ``patient``:
-    raise ``Early`` for a result whose claim may still be on its way."""
+    raise ``Early`` for a result whose claim may still be on its way.
+
+    True if the events it emitted tell all it changed: a planner taking the run over
+    re-derives that from them (``resume.fold``), so it may be acknowledged once they are
+    stored, before the run's state is written again."""
     wrong = wrong_sender(run, message, sender)
     if wrong:
         await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
                      attempt=getattr(message, "attempt", 0), sender=sender, role=sender)
-        return
+        return False
     match message:
         case StepClaimed():
             await _claim(run, message)
+            return True
         case StepResult():
-            await _result(run, message, patient, sender)
+            return await _result(run, message, patient, sender)
         case Verdict():
             await _verdict(run, message, sender)
         case SynthesisDecision():
@@ -98,6 +103,8 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
                 run.abort(RunFailure("synthesize" if message.work == "synthesis" else "execute",
                                      f"{message.work} by {message.actor}: {message.error}",
                                      "config"))
+            return True  # a report: it changes no state (an abort saves on its own)
+    return False
 
 
 WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}
@@ -185,7 +192,9 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
                                                                     claim.attempt)))
 
 
-async def _result(run: Run, result: StepResult, patient: bool, role: str) -> None:
+async def _result(run: Run, result: StepResult, patient: bool, role: str) -> bool:
+    """Apply a step's result; True for a success whose ``step.finished`` event holds the
+    whole output (all a takeover needs to complete the step: ``resume.fold``)."""
     sid, attempt, sender = result.step_id, result.attempt, result.executor
     meta = run.meta.get(sid)
     if meta is None or run.state_of(sid) is None:
@@ -193,7 +202,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
             await refuse(run, result, f"step {sid} is not in the current plan (a replan "
                          "dropped it, or it never existed)", step_id=sid, attempt=attempt,
                          sender=sender, role=role)
-        return
+        return False
     if not run.current(sid, attempt) or meta.review_output is not None:
         repeat = meta.executor == sender and meta.delivery == result.delivery \
             and run.scheduler.attempt(sid) == attempt
@@ -205,7 +214,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
                 why = f"another result of attempt {attempt} of step {sid} is under review"
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
-        return
+        return False
     if result.claims:  # the step ended before its claim was due: the result claims it
         await _claim(run, StepClaimed(
             run_id=run.run_id, step_id=sid, attempt=attempt, executor=sender,
@@ -223,7 +232,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
                                   "an execution answered without a claim that counts; the "
                                   "attempt is run again", attempt < run.team.step_attempts,
                                   "unclaimed")
-        return
+        return False
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
     await run.spent(f"step:{sid}", result.usage)
     meta.usage = meta.usage + result.usage
@@ -232,7 +241,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
     if not result.ok:
         retry = result.retryable and attempt < run.team.step_attempts
         await run.step_failed(step, attempt, result.error, retry, "error")
-        return
+        return False
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
         output = (await run.bus.get_object(result.output_ref)).decode()
@@ -245,8 +254,9 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> Non
                                             executor=sender))
         await run.send(run.bus.subject(Verb.REVIEW), review,
                        msg_id=f"{task_id(run.run_id, sid, attempt, run.fence)}/review")
-        return
+        return False
     await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
+    return len(output) <= PREVIEW
 
 
 async def _verdict(run: Run, verdict: Verdict, role: str) -> None:

@@ -121,6 +121,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
     out = Tail(last_seq=next_seq - 1)
     s, meta, now = state.scheduler, state.meta, time.time()
     seen: set[int] = set()
+    spent: dict[str, Usage] = {}  # per source, since its step's last dispatch or failure
     for event, fence in tail:
         if event.seq < next_seq:
             continue  # already reflected in the saved state
@@ -156,6 +157,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                     m.new_attempt(now)
                 m.task_id = task_id(state.record.run_id, event.step_id, event.attempt, fence)
                 out.republish[event.step_id] = m.task_id
+                spent.pop(f"step:{event.step_id}", None)
             case StepStarted() if _current(state, event.step_id, event.attempt):
                 m = meta[event.step_id]
                 m.claimants.add(f"{event.executor}#{event.delivery}")
@@ -180,10 +182,13 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                 # The event holds the whole output: apply it now (its dependents go on);
                 # the result that comes again is then a quiet duplicate.
                 s.complete(event.step_id, event.output)
-                meta[event.step_id].executor = event.executor
+                m = meta[event.step_id]
+                m.executor = event.executor
+                m.usage = m.usage + spent.pop(f"step:{event.step_id}", Usage())
                 out.announced -= {key, *_usage_of(out.announced, event.step_id)}
             case UsageRecorded():
                 out.usage = event.total
+                spent[event.source] = spent.get(event.source, Usage()) + event.usage
             case StepFinished() | CriticVerdict() | WorkFailed() | OutcomeRefused() \
                     | StepFailed():
                 pass  # their messages come again and re-derive them, without a new event

@@ -24,14 +24,12 @@ from protocols import (
     ReplanStarted,
     RunResumed,
     Step,
-    StepClaimed,
     StepFailed,
     StepFinished,
     SynthesisDecision,
     SynthesisTask,
     Usage,
     UsageRecorded,
-    WorkError,
     nonce,
 )
 from runtime import telemetry
@@ -240,9 +238,9 @@ class Run:
                     log.info("run %s has ended; %s changes nothing", self.run_id,
                              type(message).__name__)
                     return
-                await outcomes.apply(self, message, sender, patient=patient)
-            if isinstance(message, StepClaimed | WorkError):  # events only: no state write
-                await self.events.flush()
+                told = await outcomes.apply(self, message, sender, patient=patient)
+            if told:  # its events say it all (the state is written every so often)
+                await self.saver.checkpoint()
             else:
                 await self.save()
         except StorageFull as exc:  # what it would start cannot be stored: it cannot go on

@@ -35,7 +35,7 @@ SAVE_EVERY, SAVE_PERIOD = 64, 0.05
 many seconds: a model writing a line every few hundred ms gets a save per line, a plan
 that arrives all at once one per batch. The events say the rest: a planner taking the
 run over folds the steps planned and dispatched after the last save from the run's events
-(``resume.fold``), and nothing is acknowledged before a save covers it."""
+(``resume.fold``)."""
 
 
 GIVEN_PLAN = "given plan"

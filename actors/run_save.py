@@ -4,6 +4,12 @@ A run changes in memory (under its ``lock``) and is written behind: ``RunSaver``
 which steps were touched and which sent tasks are not yet confirmed stored, and writes
 the steps, then the header, once those tasks are (the state never says more was sent
 than the stream holds). A run's end is an event first, then a record that says so.
+
+The written state is a checkpoint; the run's events are the record since. An outcome
+whose events tell all it changed (a claim, a short successful result: ``outcomes.apply``)
+is acknowledged once they, and the tasks it sent, are stored; a planner taking the run
+over replays them (``resume.fold``). Every ``CHECKPOINT_EVERY`` such outcomes, and at
+every other change, the state is written, so that replay stays short.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_EVERY = 64
+"""Outcomes acknowledged on their events alone before the state is written again: a
+takeover replays at most this many outcomes' events (besides those of the last moments
+of a plan being streamed, ``run_plan.SAVE_EVERY``)."""
+
 
 class RunSaver:
     """The write-behind of one run's state to the run-state bucket."""
@@ -39,8 +50,21 @@ class RunSaver:
         """Steps whose records need writing."""
         self.unsettled: list[tuple[int, Unsettled]] = []
         """Tasks sent (with their step) whose storage is not confirmed yet."""
+        self.replayed = 0
+        """Outcomes acknowledged on their events alone since the last write."""
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
+
+    async def checkpoint(self) -> None:
+        """An outcome whose events tell all it changed was applied: store those events and
+        the tasks it sent (a takeover replays them), and every ``CHECKPOINT_EVERY`` such
+        outcomes the state too."""
+        self.replayed += 1
+        if self.replayed >= CHECKPOINT_EVERY:
+            await self.save()
+            return
+        await self.run.events.flush()
+        await self.run.bus.settle([u for _, u in self.unsettled])  # left for the next save
 
     async def save(self) -> None:
         """Store what changed: the steps touched since the last save, then the header.
@@ -54,7 +78,7 @@ class RunSaver:
             if self._saved >= wanted:
                 return  # a write that started after our change already covered it
             await self._settle_sent()
-            version = self._version
+            version, self.replayed = self._version, 0
             touched, self.touched = self.touched, set()
             run = self.run
             records = [run_state.step_record(run.scheduler, run.meta[sid], step)

@@ -105,8 +105,8 @@ class EventLog:
         """Stamp the event with the next sequence number and the time; it is sent as soon
         as the loop is free (``write_behind``), or by the next ``flush``.
 
-        The planner flushes before it saves state, so before it acknowledges what caused
-        the event. Returns None for an event that was already announced, or that would
+        The planner flushes before it acknowledges what caused the event, and before it
+        saves state. Returns None for an event that was already announced, or that would
         follow the terminal one.
         """
         key = identity(event)

@@ -123,10 +123,26 @@ def test_a_finish_whose_event_holds_the_whole_output_is_applied_at_once() -> Non
     assert s.state(1) is StepState.DONE and s.results[1] == "one"
     assert s.state(2) is StepState.READY  # its dependent goes on without waiting
     assert identity(finished) in out.told and not out.announced  # nothing left to re-derive
+    assert state.meta[1].usage == Usage(calls=1)  # its result will not come again
     cut = StepFinished(run_id=RUN, step_id=1, attempt=1, output="x" * 4001)
     state = saved((step(1), StepState.RUNNING))
     fold(state, tail(cut), next_seq=10)
     assert state.scheduler.state(1) is StepState.RUNNING  # a cut output waits for its result
+
+
+def test_a_replayed_finish_counts_the_usage_of_its_own_attempt_only() -> None:
+    """The first attempt's usage comes again with its (unacknowledged) failed result."""
+    state = saved((step(1), StepState.RUNNING))
+    fold(state, tail(
+        UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=1), total=Usage(calls=1)),
+        StepFailed(run_id=RUN, step_id=1, attempt=1, error="e", will_retry=True,
+                   cause="error"),
+        StepDispatched(run_id=RUN, step_id=1, role="worker", attempt=2),
+        UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=2), total=Usage(calls=3)),
+        StepFinished(run_id=RUN, step_id=1, attempt=2, output="two", executor="w/a"),
+    ), next_seq=10)
+    assert state.scheduler.state(1) is StepState.DONE and state.scheduler.attempt(1) == 2
+    assert state.meta[1].usage == Usage(calls=2)
 
 
 def test_numbers_the_previous_owner_never_stored_are_reported_as_skipped() -> None:
