@@ -71,9 +71,11 @@ class Settings(BaseSettings):
     """Pings left unanswered before the connection is given up and another server tried."""
     heartbeat_interval: float = Field(default=2.0, gt=0)
     """Seconds between an actor's heartbeats."""
-    claim_after: float = Field(default=0.02, ge=0)
+    claim_after: float = Field(default=0.1, ge=0)
     """Seconds an executor runs a step before it sends the step's claim; a step that ends
-    sooner claims it in its result (one message instead of two)."""
+    sooner claims it in its result (one message instead of two). A tenth of a second: a
+    quick tool call sends one message, and a person watching sees ``step.started`` no
+    later than they can tell; the planner's heartbeat watch starts that much later."""
     event_batch: int = Field(default=512, ge=1)
     """Most events a planner stores in one message (an ``event.batch``: the events of one
     moment); 1 sends every event alone, as plancast did before batches, for subscribers
