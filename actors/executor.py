@@ -6,6 +6,7 @@ step runs the role's model with only the tools both the step and the role allow.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -75,22 +76,20 @@ class Executor(StepRole):
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=me, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval)
-        claims: list[Unsettled] = []  # the claim, once sent
         started = time.time()
         spent = Spent()  # model calls count even when the step fails after them
         failure: Exception | None = None
         with telemetry.step_span(delivery, task, role=self.name, executor=me) as span:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._claim_later, results, claim,
-                              f"{ctx.key}/{task.nonce}/claim", claims)
-                token = current_step.set(ctx)
-                try:
-                    outcome = await self._outcome(task, span, spent)
-                except Exception as exc:  # raised below, not wrapped in a task group's error
-                    failure = exc
-                finally:
-                    current_step.reset(token)
-                    tg.cancel_scope.cancel()  # a claim being sent is sent (shielded)
+            late = LateClaim(self, results, claim, f"{ctx.key}/{task.nonce}/claim")
+            token = current_step.set(ctx)
+            try:
+                outcome = await self._outcome(task, span, spent)
+            except Exception as exc:
+                failure = exc
+            finally:
+                current_step.reset(token)
+                with anyio.CancelScope(shield=True):  # a claim being sent is sent
+                    claims = await late.stop()
         if failure is not None:
             raise failure
         result = StepResult(
@@ -112,15 +111,6 @@ class Executor(StepRole):
             failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
                                              error=f"its output could not be stored: {exc}")
             await self.bus.publish_durable(results, failed, msg_id=msg_id)
-
-    async def _claim_later(self, subject: str, claim: StepClaimed, msg_id: str,
-                           sent: list[Unsettled]) -> None:
-        """Claim the step once it has run ``claim_after`` seconds: the planner then knows
-        who works on it (and watches that executor's heartbeats). A step that ends
-        sooner carries its claim in its result: one message instead of two."""
-        await anyio.sleep(self.settings.claim_after)
-        with anyio.CancelScope(shield=True):
-            sent.append(await self.bus.publish_soon(subject, claim, msg_id=msg_id))
 
     async def _outcome(self, task: StepTask, span: telemetry.SpanLike,
                        spent: Spent) -> dict[str, Any]:
@@ -164,3 +154,45 @@ class Executor(StepRole):
             allowed, max_rounds=self.config.max_tool_rounds, span=span, spent=spent,
         )
         return outcome.text
+
+
+class LateClaim:
+    """A step's claim, sent once the step has run ``claim_after`` seconds: the planner then
+    knows who works on it (and watches that executor's heartbeats). A step that ends
+    sooner carries its claim in its result: one message instead of two. A timer, not a
+    task: most steps end first, and a task per step cost as much as the rest of its
+    handling."""
+
+    def __init__(self, executor: Executor, subject: str, claim: StepClaimed,
+                 msg_id: str) -> None:
+        self._executor, self._subject, self._claim, self._msg_id = \
+            executor, subject, claim, msg_id
+        self._sent: list[Unsettled] = []
+        self._sending: anyio.Event | None = None
+        self._error: BaseException | None = None
+        self._timer = asyncio.get_running_loop().call_later(
+            executor.settings.claim_after, self._due)
+
+    def _due(self) -> None:
+        self._sending = anyio.Event()
+        self._executor.start_soon(self._send)
+
+    async def _send(self) -> None:
+        assert self._sending is not None
+        try:
+            with anyio.CancelScope(shield=True):
+                self._sent.append(await self._executor.bus.publish_soon(
+                    self._subject, self._claim, msg_id=self._msg_id))
+        except Exception as exc:  # the step's handler raises it (and the step is retried)
+            self._error = exc
+        finally:
+            self._sending.set()
+
+    async def stop(self) -> list[Unsettled]:
+        """No claim from now on; the claim sent (once it is, if it is being sent)."""
+        self._timer.cancel()
+        if self._sending is not None:
+            await self._sending.wait()
+        if self._error is not None:
+            raise self._error
+        return self._sent

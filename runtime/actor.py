@@ -17,7 +17,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -158,6 +158,13 @@ class Actor:
         """Stop taking work; ``serve`` returns once in-flight work is done or handed back."""
         self._draining = True
         self._stop.set()
+
+    def start_soon(self, fn: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Run ``fn()`` beside the handlers, in their task group (also from a loop
+        callback, such as a timer's)."""
+        if self._work is None:
+            raise RuntimeError(f"{self.name} is not serving")
+        self._work.start_soon(fn)
 
     async def add_source(self, source: Source) -> anyio.CancelScope:
         """Start reading one more source while serving; cancel the scope to stop it."""
