@@ -39,7 +39,7 @@ from protocols import (
 )
 from runtime.auth import CLIENT
 from runtime.errors import StepStateError
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 from runtime.team import TEAM_KIND
 
 from . import delegation, plan_review, step_gates

@@ -32,7 +32,7 @@ from protocols import (
 )
 from runtime.errors import PlanValidationError
 from runtime.plans import check_tool_allowed
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 

@@ -46,7 +46,7 @@ from protocols import (
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
 from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 from runtime.stored_events import readable_events
 
 from .run_state import PREVIEW, RunState, StepMeta

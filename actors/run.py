@@ -36,7 +36,7 @@ from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
 from runtime.errors import ModelConfigError, ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_of
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 
 from . import delegation, outcomes, run_dispatch, run_save, run_state
 from .resume import Tail

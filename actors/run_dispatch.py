@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from protocols import Step, StepDispatched, StepTask, Stream, Verb, nonce, stream_name
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 
 from . import delegation, step_gates
 from .resume import task_id

@@ -24,7 +24,7 @@ import msgspec
 from protocols import RunFailed, RunFinished, Step
 from runtime.bus import Fenced, Unsettled
 from runtime.events import identity_key
-from runtime.scheduler import StepState
+from runtime.step_states import StepState
 
 from . import run_state
 from .run_state import RunFailure, RunStore

@@ -42,7 +42,9 @@ from runtime.bus import (
     fence_headers,
 )
 from runtime.jetstream import acknowledged, outcome
-from runtime.scheduler import Scheduler, StepState, references
+from runtime.scheduler import Scheduler
+from runtime.step_graph import references
+from runtime.step_states import StepState
 
 log = logging.getLogger(__name__)
 

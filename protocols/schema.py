@@ -12,24 +12,20 @@ from .messages import (
     ActorError,
     Heartbeat,
     Offloaded,
-    PlanDecision,
-    PlanReviewTask,
     ReplanRequest,
-    ReviewTask,
     RunAccepted,
     RunCancel,
     RunRejected,
     RunRequest,
     StepClaimed,
-    StepDecision,
     StepResult,
     StepTask,
     SynthesisDecision,
     SynthesisTask,
-    Verdict,
     WorkError,
 )
 from .plan import Plan, Step
+from .reviews import PlanDecision, PlanReviewTask, ReviewTask, StepDecision, Verdict
 from .state import RunOwner, RunRecord, StepRecord
 
 PUBLIC_MESSAGES: tuple[Any, ...] = (

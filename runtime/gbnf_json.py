@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .gbnf import Chars, Expr, Grammar, Lit, Ref, Rep, alt, opt, seq
-from .scheduler import references
+from .step_graph import references
 
 __all__ = ["JsonRules"]
 

@@ -8,81 +8,15 @@ no waiting for unrelated siblings. No I/O, no clocks: the planner owns time and 
 
 from __future__ import annotations
 
-import enum
-import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from protocols.plan import Step
 
 from .errors import PlanValidationError, StepStateError
+from .step_graph import cycle_through, references, substitute
+from .step_states import StepState, StepStates
 from .tools.code_inputs import CODE_ARGS
-
-_REF = re.compile(r"\$(?:\{([1-9]\d*)\}|([1-9]\d*)(?!\d))")
-"""``$N`` or ``${N}``; ``$1`` never matches inside ``$10``, ``${1}x`` works glued to text."""
-
-
-class StepState(enum.Enum):
-    """Where a step is in its life."""
-
-    PENDING = "pending"
-    """Declared, waiting for dependencies (or blocked forever behind a failed one)."""
-    READY = "ready"
-    """Every dependency is done; waiting to be dispatched."""
-    RUNNING = "running"
-    """Dispatched (or under review); the outcome has not been reported."""
-    DONE = "done"
-    """Finished with an output that counts."""
-    FAILED = "failed"
-    """Failed; its dependents cannot run unless it is retried."""
-
-
-def references(args: Any) -> Iterator[int]:
-    """The step ids named by ``$N`` / ``${N}`` in tool arguments (string values, any depth)."""
-    if isinstance(args, str):
-        for match in _REF.finditer(args):
-            yield int(match[1] or match[2])
-    elif isinstance(args, list | tuple):
-        for item in args:
-            yield from references(item)
-    elif isinstance(args, dict):
-        for item in args.values():
-            yield from references(item)
-
-
-def _substitute(args: Any, results: Mapping[int, str]) -> Any:
-    if isinstance(args, str):
-        return _REF.sub(lambda m: results[int(m[1] or m[2])], args)
-    if isinstance(args, list | tuple):
-        return [_substitute(item, results) for item in args]
-    if isinstance(args, dict):
-        return {key: _substitute(item, results) for key, item in args.items()}
-    return args
-
-
-_BUSY = frozenset({StepState.READY, StepState.RUNNING})
-
-
-class _States(dict[int, StepState]):
-    """Step id -> state, counting the busy steps (ready or running) as states change:
-    whether a round is done is asked after every outcome, and scanning every step each
-    time made a wide plan cost its planner time quadratic in its steps. Only ``[]=`` and
-    ``del`` keep the count: the scheduler changes states with nothing else."""
-
-    busy = 0
-
-    def __init__(self, states: dict[int, StepState]) -> None:
-        super().__init__()
-        for sid, state in states.items():
-            self[sid] = state
-
-    def __setitem__(self, sid: int, state: StepState) -> None:
-        self.busy += (state in _BUSY) - (self.get(sid) in _BUSY)
-        super().__setitem__(sid, state)
-
-    def __delitem__(self, sid: int) -> None:
-        self.busy -= self[sid] in _BUSY
-        super().__delitem__(sid)
 
 
 class Scheduler:
@@ -118,7 +52,7 @@ class Scheduler:
         self._deps: dict[int, tuple[int, ...]] = {}
         self._dependents: dict[int, list[int]] = {}  # also keyed by ids not declared yet
         self._results: dict[int, str] = dict(finished or {})
-        self._state = _States(dict.fromkeys(self._results, StepState.DONE))
+        self._state = StepStates(dict.fromkeys(self._results, StepState.DONE))
         self._attempts = dict.fromkeys(self._results, 1)
         self._failures: dict[int, str] = {}
         self._dropped: set[int] = set()  # ids of earlier rounds' unfinished steps
@@ -271,7 +205,7 @@ class Scheduler:
         missing = sorted(set(references(step.args)) - self._results.keys())
         if missing:
             raise StepStateError(f"step {step.id} refers to steps {missing}, not done yet")
-        return {key: value if key in CODE_ARGS else _substitute(value, self._results)
+        return {key: value if key in CODE_ARGS else substitute(value, self._results)
                 for key, value in step.args.items()}
 
     def code_inputs(self, step: Step) -> dict[int, str]:
@@ -416,7 +350,7 @@ class Scheduler:
                     f"depends on step {dep}, which was dropped with the previous plan; "
                     f"depend on a done step (done: {done}) or on a new step"
                 )
-        cycle = self._cycle_through(sid, deps)
+        cycle = cycle_through(sid, deps, self._deps)
         if cycle:
             path = " -> ".join(map(str, cycle))
             raise bad(
@@ -424,23 +358,6 @@ class Scheduler:
                 "so remove one of these dependencies"
             )
         return deps
-
-    def _cycle_through(self, new_id: int, deps: Iterable[int]) -> list[int]:
-        """A path new_id -> ... -> new_id through known steps' dependencies, or ``[]``."""
-        needed_by: dict[int, int] = {}
-        stack = [(dep, new_id) for dep in deps]
-        while stack:
-            sid, parent = stack.pop()
-            if sid == new_id:
-                path = [parent]
-                while path[-1] != new_id:
-                    path.append(needed_by[path[-1]])
-                return [*reversed(path), new_id]
-            if sid in needed_by:
-                continue
-            needed_by[sid] = parent
-            stack.extend((dep, sid) for dep in self._deps.get(sid, ()))
-        return []
 
 
 def _listing(names: Iterable[str]) -> str:

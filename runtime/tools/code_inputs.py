@@ -16,6 +16,7 @@ import tokenize
 from collections.abc import Mapping
 
 from runtime.errors import ToolArgumentsError
+from runtime.step_graph import REF, ref_id
 
 CODE_ARGS = frozenset({"code"})
 """Tool arguments that are program text: the planner leaves their ``$N`` to the tool."""
@@ -25,7 +26,6 @@ PRELUDE = ("import json as _plancast_json; INPUTS = {int(k): v for k, v in "
            "del _plancast_json\n")
 """The program's first line: ``INPUTS`` from the file the tool writes beside it."""
 
-_REF = re.compile(r"\$(?:\{([1-9]\d*)\}|([1-9]\d*)(?!\d))")
 _MARK = "__plancast_input_{}__"
 _MARKED = re.compile(r"__plancast_input_(\d+)__")
 
@@ -33,13 +33,13 @@ _MARKED = re.compile(r"__plancast_input_(\d+)__")
 def bind_inputs(code: str, inputs: Mapping[int, str]) -> tuple[str, dict[int, str]]:
     """The program with its ``$N`` bound, and the inputs it uses; raises
     ``ToolArgumentsError`` for a reference it cannot bind."""
-    used = {int(m[1] or m[2]) for m in _REF.finditer(code)}
+    used = {ref_id(m) for m in REF.finditer(code)}
     if not used:
         return code, {}
     if missing := sorted(used - inputs.keys()):
         raise ToolArgumentsError(f"the code refers to steps {missing}, whose outputs this "
                                  "step was not given (list them in depends_on)")
-    marked = _REF.sub(lambda m: _MARK.format(m[1] or m[2]), code)
+    marked = REF.sub(lambda m: _MARK.format(ref_id(m)), code)
     lines = marked.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []  # (start offset, end offset, replacement)
     starts = [0]

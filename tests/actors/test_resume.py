@@ -24,7 +24,8 @@ from protocols import (
     UsageRecorded,
 )
 from runtime.events import identity
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import Scheduler
+from runtime.step_states import StepState
 
 RUN = "run-1"
 

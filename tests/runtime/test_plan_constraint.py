@@ -22,7 +22,8 @@ from runtime.plan_constraint import (
     plan_grammar,
     plan_shape,
 )
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import Scheduler
+from runtime.step_states import StepState
 from runtime.team import team_from_dict
 from runtime.tools import builtin_tools
 

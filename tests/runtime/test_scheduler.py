@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from protocols.plan import Step
 from runtime.errors import PlanValidationError, StepStateError
-from runtime.scheduler import Scheduler, StepState
+from runtime.scheduler import Scheduler
+from runtime.step_states import StepState
 
 ROLES = ("researcher", "coder")
 TOOLS = ("search", "python")
