@@ -175,7 +175,11 @@ class LateClaim:
 
     def _due(self) -> None:
         self._sending = anyio.Event()
-        self._executor.start_soon(self._send)
+        try:
+            self._executor.start_soon(self._send)
+        except RuntimeError as exc:  # not serving any more: the step's handler hears of it
+            self._error = exc
+            self._sending.set()
 
     async def _send(self) -> None:
         assert self._sending is not None

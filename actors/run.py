@@ -240,7 +240,7 @@ class Run:
                     return
                 told = await outcomes.apply(self, message, sender, patient=patient)
             if told:  # its events say it all (the state is written every so often)
-                await self.saver.checkpoint()
+                await self.saver.save_by_events()
             else:
                 await self.save()
         except StorageFull as exc:  # what it would start cannot be stored: it cannot go on

@@ -55,7 +55,7 @@ class RunSaver:
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
 
-    async def checkpoint(self) -> None:
+    async def save_by_events(self) -> None:
         """An outcome whose events tell all it changed was applied: store those events and
         the tasks it sent (a takeover replays them), and every ``CHECKPOINT_EVERY`` such
         outcomes the state too."""
