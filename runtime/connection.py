@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 import anyio
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.errors import (
     AuthorizationError,
     ConnectionClosedError,
@@ -39,7 +40,34 @@ log = logging.getLogger(__name__)
 class _Client(NatsClient):
     """nats-py's client, writing what was published in one event-loop turn with one
     socket write: its flusher waits for the turn to end before it writes (each write wakes
-    the server, and costs a syscall here and there)."""
+    the server, and costs a syscall here and there); and handing the messages of a
+    ``subscribe_direct`` subscription to their handler as they are read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._direct: dict[int, Callable[[Msg], None]] = {}
+
+    async def subscribe_direct(self, subject: str, handler: Callable[[Msg], None]) -> Any:
+        """Subscribe with ``handler`` called in the read loop itself, for each message as it
+        is read: no queue and no task in between (nats-py's callbacks have both, a loop
+        turn per message). For handlers that only file a message away (a publish
+        acknowledgement, a pulled task), so they must not block."""
+        sub = await self.subscribe(subject)
+        self._direct[sub._id] = handler
+        return sub
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._direct.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                           headers: bytes) -> None:
+        handler = self._direct.get(sid)
+        if handler is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        hdr = await self._process_headers(headers) if headers else None
+        handler(self._build_message(sid, subject, reply, data, hdr))
 
     async def _flusher(self) -> None:
         assert self._transport, "Client.connect must be called first"

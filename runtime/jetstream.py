@@ -6,7 +6,7 @@ one deadline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -25,6 +25,7 @@ class JetStream(JetStreamContext):
     never completes and its publisher waits for nothing), and a cheaper reply token."""
 
     _tokens = 0
+    _async_reply_token_at = 0
 
     async def publish_async(
         self, subject: str, payload: bytes = b"", wait_stall: float | None = None,
@@ -52,6 +53,15 @@ class JetStream(JetStreamContext):
                                headers=headers)
         return future
 
+    async def _init_async_reply(self) -> None:
+        """nats-py's, with acknowledgements read in the connection's read loop."""
+        self._publish_async_futures = {}
+        prefix = self._nc._inbox_prefix[:]
+        prefix.extend(b"." + self._nc._nuid.next() + b".")
+        self._async_reply_prefix = prefix
+        self._async_reply_token_at = len(prefix)
+        await subscribe_direct(self._nc, prefix.decode() + "*", self._take_async_reply)
+
     def _async_done(self, token: str) -> None:
         self._publish_async_futures.pop(token, None)
         if not self._publish_async_futures:
@@ -59,8 +69,10 @@ class JetStream(JetStreamContext):
         self._publish_async_pending_semaphore.release()
 
     async def _handle_async_reply(self, msg: Any) -> None:
-        assert self._async_reply_prefix
-        future = self._publish_async_futures.get(msg.subject[len(self._async_reply_prefix):])
+        self._take_async_reply(msg)
+
+    def _take_async_reply(self, msg: Any) -> None:
+        future = self._publish_async_futures.get(msg.subject[self._async_reply_token_at:])
         if future is None or future.done():
             return
         try:
@@ -75,6 +87,18 @@ class JetStream(JetStreamContext):
             future.set_exception(NoStreamResponseError(description=f"unreadable ack: {exc}"))
         except Exception as exc:
             future.set_exception(exc)
+
+
+async def subscribe_direct(nc: Any, subject: str, handler: Callable[[Any], None]) -> Any:
+    """Subscribe with ``handler`` called as each message is read (plancast's client), or
+    through nats-py's callback (another client)."""
+    direct = getattr(nc, "subscribe_direct", None)
+    if direct is not None:
+        return await direct(subject, handler)
+
+    async def callback(msg: Any) -> None:
+        handler(msg)
+    return await nc.subscribe(subject, cb=callback)
 
 
 class _Ack(msgspec.Struct):

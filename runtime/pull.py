@@ -22,6 +22,7 @@ import anyio
 from nats.js.api import Header, StatusCode
 
 from .bus import Bus
+from .jetstream import subscribe_direct
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Pull:
 
     async def start(self) -> None:
         self.inbox = self.bus.nc.new_inbox()
-        self._sub = await self.bus.nc.subscribe(self.inbox, cb=self._arrive)
+        self._sub = await subscribe_direct(self.bus.nc, self.inbox, self._arrive)
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -69,7 +70,7 @@ class Pull:
         self._arrived.clear()
         return left
 
-    async def _arrive(self, msg: Any) -> None:
+    def _arrive(self, msg: Any) -> None:
         self._arrived.append(msg)
         self._wake.set()
 
