@@ -21,10 +21,11 @@ from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
 from runtime import telemetry
 from runtime.actor import Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
-from runtime.bus import StorageFull, Unsettled
+from runtime.bus import StorageFull
 from runtime.delivery import Delivery
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
-from runtime.role import RoleActor
+from runtime.outbox import Outbox
+from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
 from runtime.tools.context import StepContext, current_step
 
@@ -65,6 +66,11 @@ class Executor(StepRole):
     role = "executor"
     role_options: ClassVar[Mapping[str, RoleOption]] = MappingProxyType({})
 
+    def __init__(self, ctx: RoleContext, *, instance: str | None = None) -> None:
+        super().__init__(ctx, instance=instance)
+        self.outbox = Outbox(self.bus)
+        """Claims and results of one moment go to their run as one message."""
+
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
         if self.too_late(task):
@@ -88,25 +94,20 @@ class Executor(StepRole):
                 failure = exc
             finally:
                 current_step.reset(token)
-                with anyio.CancelScope(shield=True):  # a claim being sent is sent
-                    claims = await late.stop()
+                claimed = await late.stop()
         if failure is not None:
             raise failure
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=spent.usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
-            claims=not claims, heartbeat=claim.heartbeat if not claims else 0.0, **outcome,
+            claims=not claimed, heartbeat=claim.heartbeat if not claimed else 0.0, **outcome,
         )
-        # A result counts only from a claimant: a claim sent earlier must be stored first.
-        # Both go out on this connection to the same stream, which stores them in the
-        # order sent; a claim that had to be stored again (after the result) makes the
-        # planner offer the result again until the claim is there (``outcomes.Early``).
+        # A result counts only from a claimant: a claim sent earlier is stored by now.
         # The id names the task and its delivery: a stale executor's result must not be
         # mistaken for (and de-duplicate away) the result of another execution.
         msg_id = f"{ctx.key}/{task.nonce}/result"
         try:
-            sent = await self.bus.publish_soon(results, result, msg_id=msg_id)
-            await self.bus.settle([*claims, sent])
+            await self.outbox.send(results, result, msg_id=msg_id)
         except StorageFull as exc:  # too large to keep: the step fails, saying why
             failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
                                              error=f"its output could not be stored: {exc}")
@@ -167,7 +168,7 @@ class LateClaim:
                  msg_id: str) -> None:
         self._executor, self._subject, self._claim, self._msg_id = \
             executor, subject, claim, msg_id
-        self._sent: list[Unsettled] = []
+        self._sent = False
         self._sending: anyio.Event | None = None
         self._error: BaseException | None = None
         self._timer = asyncio.get_running_loop().call_later(
@@ -184,16 +185,16 @@ class LateClaim:
     async def _send(self) -> None:
         assert self._sending is not None
         try:
-            with anyio.CancelScope(shield=True):
-                self._sent.append(await self._executor.bus.publish_soon(
-                    self._subject, self._claim, msg_id=self._msg_id))
+            await self._executor.outbox.send(self._subject, self._claim, msg_id=self._msg_id)
+            self._sent = True
         except Exception as exc:  # the step's handler raises it (and the step is retried)
             self._error = exc
         finally:
             self._sending.set()
 
-    async def stop(self) -> list[Unsettled]:
-        """No claim from now on; the claim sent (once it is, if it is being sent)."""
+    async def stop(self) -> bool:
+        """No claim from now on; whether a claim was sent (and stored: once it is, if it
+        is being sent)."""
         self._timer.cancel()
         if self._sending is not None:
             await self._sending.wait()

@@ -64,7 +64,9 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
     True if the events it emitted tell all it changed: a planner taking the run over
     re-derives that from them (``resume.fold``), so it may be acknowledged once they are
     stored, before the run's state is written again."""
-    wrong = wrong_sender(run, message, sender)
+    named = getattr(message, "run_id", run.run_id)
+    wrong = f"it names run {named!r}: an outcome travels on its own run's subject" \
+        if named != run.run_id else wrong_sender(run, message, sender)
     if wrong:
         await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
                      attempt=getattr(message, "attempt", 0), sender=sender, role=sender)

@@ -35,6 +35,7 @@ from protocols import (
     RunRequest,
     StepClaimed,
     StepDecision,
+    StepOutcomes,
     StepRecord,
     StepResult,
     Stream,
@@ -65,21 +66,21 @@ from runtime.subteams import plan_roles, request_problem
 
 from . import outcomes, run_timers
 from .liveness import Liveness
-from .outcomes import Early
 from .resume import Tail, fold, planned_steps, read_tail
 from .run import Run
 from .run_state import RunState, restore
 
 log = logging.getLogger(__name__)
 
-RESULT_TYPES = (StepClaimed, StepResult, Verdict, SynthesisDecision, ReplanRequest, RunCancel,
-                WorkError, PlanDecision, StepDecision)
+RESULT_TYPES = (StepClaimed, StepResult, StepOutcomes, Verdict, SynthesisDecision,
+                ReplanRequest, RunCancel, WorkError, PlanDecision, StepDecision)
 READS = 3
 """Times a takeover reads a run's step records until it has every step its header lists."""
 NOT_OURS_DELAY = 1.0
 """Seconds before an outcome for a run another planner drives is offered again."""
 EARLY_OFFERS, EARLY_DELAY = 4, 0.5
-"""A result ahead of its claim is offered again this many times, after 0.5 s, 1 s ..."""
+"""A result ahead of its claim is applied again up to this many times, after 0.5 s, 1 s
+... (the message that brought it is acknowledged after that)."""
 
 
 
@@ -270,10 +271,16 @@ class Planner(RoleActor):
         if run.record.status != "active":
             await self._too_late(message, delivery, "has ended")
             return
+        messages: Sequence[Message] = message.outcomes \
+            if isinstance(message, StepOutcomes) else [message]
+        offers = delivery.deliveries
         try:
-            await run.receive(message, sender, patient=delivery.deliveries < EARLY_OFFERS)
-        except Early:
-            await delivery.nak(delay=EARLY_DELAY * delivery.deliveries)
+            while messages := await run.receive(messages, sender,
+                                                patient=offers < EARLY_OFFERS):
+                # Results ahead of their claims (a claim can be stored late when its
+                # stream fails over): offered again shortly rather than refused now.
+                await anyio.sleep(EARLY_DELAY * offers)
+                offers += 1
         except Fenced:
             run.scope.cancel()
             await delivery.nak()  # the run's new owner will get it

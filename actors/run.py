@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -223,10 +223,12 @@ class Run:
 
     # -- what comes back (applied in ``outcomes``) ---------------------------------------
 
-    async def receive(self, message: Message, sender: str, *, patient: bool = False) -> None:
-        """Apply an outcome the ``sender`` role sent; returns once it is stored (so it may
-        be acknowledged). ``patient``: a result that came before its claim raises
-        ``outcomes.Early``."""
+    async def receive(self, messages: Sequence[Message], sender: str, *,
+                      patient: bool = False) -> list[Message]:
+        """Apply the outcomes the ``sender`` role sent in one message, in order; returns
+        once they are stored (so the message may be acknowledged). ``patient``: results
+        that came before their claim are not applied but returned, to be offered again."""
+        early: list[Message] = []
         try:
             async with self.lock:
                 if self.scope.cancel_called:
@@ -236,15 +238,22 @@ class Run:
                     raise Fenced(f"run {self.run_id} is no longer driven here")
                 if self.record.status != "active" or self.events.closed:
                     log.info("run %s has ended; %s changes nothing", self.run_id,
-                             type(message).__name__)
-                    return
-                told = await outcomes.apply(self, message, sender, patient=patient)
-            if told:  # its events say it all (the state is written every so often)
-                await self.saver.save_by_events()
+                             type(messages[0]).__name__ if messages else "nothing")
+                    return []
+                told = True
+                for message in messages:
+                    try:
+                        told = await outcomes.apply(self, message, sender,
+                                                    patient=patient) and told
+                    except outcomes.Early:
+                        early.append(message)
+            if told and not early:  # their events say it all (the state is written now
+                await self.saver.save_by_events(len(messages))  # and then)
             else:
                 await self.save()
         except StorageFull as exc:  # what it would start cannot be stored: it cannot go on
             self.abort(RunFailure("runtime", str(exc), "storage"))
+        return early
 
     # -- changing steps (callers hold ``lock``) ------------------------------------------
 

@@ -55,11 +55,11 @@ class RunSaver:
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
 
-    async def save_by_events(self) -> None:
-        """An outcome whose events tell all it changed was applied: store those events and
-        the tasks it sent (a takeover replays them), and every ``CHECKPOINT_EVERY`` such
-        outcomes the state too."""
-        self.replayed += 1
+    async def save_by_events(self, count: int = 1) -> None:
+        """``count`` outcomes whose events tell all they changed were applied: store those
+        events and the tasks they sent (a takeover replays them), and every
+        ``CHECKPOINT_EVERY`` such outcomes the state too."""
+        self.replayed += count
         if self.replayed >= CHECKPOINT_EVERY:
             await self.save()
             return

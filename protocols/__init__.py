@@ -46,6 +46,7 @@ from .messages import RunCancel as RunCancel
 from .messages import RunRejected as RunRejected
 from .messages import RunRequest as RunRequest
 from .messages import StepClaimed as StepClaimed
+from .messages import StepOutcomes as StepOutcomes
 from .messages import StepResult as StepResult
 from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision

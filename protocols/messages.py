@@ -155,6 +155,21 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     """With ``claims``: what the claim's ``heartbeat`` would have said."""
 
 
+class StepOutcomes(Message, frozen=True, kw_only=True, tag="step.outcomes"):
+    """Claims and results of one executor for steps of one run, sent as one message: those
+    that came in the same moment (a hundred 50 ms steps started together end together).
+    The run's planner then stores, acknowledges and handles one message, not a hundred.
+
+    Each element is applied exactly as if it had come alone, in order (a claim before the
+    result it precedes). A sender may always send them one by one instead.
+    """
+
+    run_id: RunId
+    """The run every element belongs to."""
+    outcomes: list[StepClaimed | StepResult]
+    """The claims and results, in the order they were made."""
+
+
 class SynthesisTask(Message, frozen=True, kw_only=True, tag="synthesis.task"):
     """The DAG is done: the synthesizer joins the results or asks for another round."""
 

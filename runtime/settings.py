@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     """Most events a planner stores in one message (an ``event.batch``: the events of one
     moment); 1 sends every event alone, as plancast did before batches, for subscribers
     and planners of an older version during a rolling upgrade."""
+    outcome_batch: int = Field(default=256, ge=1)
+    """Most claims and results of one run an executor stores in one message (a
+    ``step.outcomes``: those of one moment); 1 sends every one alone, for planners of an
+    older version during a rolling upgrade (upgrade planners first)."""
     drain_timeout: float = Field(default=20.0, ge=0)
     """Seconds an actor waits for in-flight work on shutdown before handing it back."""
     connect_timeout: float = Field(default=5.0, gt=0)
