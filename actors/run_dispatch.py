@@ -38,7 +38,8 @@ async def dispatch(run: Run, steps: list[Step]) -> None:
 
 async def send_step(run: Run, step: Step, attempt: int, msg_id: str) -> None:
     if step.tool is not None:
-        sent = msgspec.structs.replace(step, args=run.scheduler.resolve_args(step))
+        args = run.scheduler.resolve_args(step)
+        sent = step if args is step.args else msgspec.structs.replace(step, args=args)
         inputs = run.scheduler.code_inputs(step)
     else:
         sent, inputs = step, run.scheduler.inputs_for(step)

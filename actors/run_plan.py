@@ -164,9 +164,9 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
                 step = _parse_step(number, line, stream.framing)
                 if step is not None and step.args and stream.framing == "steps":
                     step = _without_strict_nulls(run, step)
-                if step is None or seen.get(step.id) == shaped(step):
+                if step is None or seen.get(step.id) == (form := shaped(step)):
                     continue
-                seen[step.id] = shaped(step)
+                seen[step.id] = form
                 if run.stream_plan:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
                         await accept(step)

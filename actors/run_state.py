@@ -167,8 +167,9 @@ def header(
 def shaped(step: Step) -> Step:
     """The step as its ``step.planned`` event shows it (``$N`` references counted among its
     dependencies): a step rebuilt from that event equals the model's line it came from."""
-    return msgspec.structs.replace(
-        step, depends_on=sorted(set(step.depends_on) | set(references(step.args))))
+    depends_on = sorted(set(step.depends_on).union(references(step.args)))
+    return step if depends_on == step.depends_on else msgspec.structs.replace(
+        step, depends_on=depends_on)
 
 
 def accepted_in_round(scheduler: Scheduler, meta: dict[int, StepMeta]) -> list[Step]:

@@ -202,7 +202,10 @@ class Scheduler:
     def resolve_args(self, step: Step) -> dict[str, Any]:
         """The step's tool args with every ``$N`` / ``${N}`` replaced by step N's output,
         except in program text (``CODE_ARGS``): the tool binds those as data."""
-        missing = sorted(set(references(step.args)) - self._results.keys())
+        refs = references(step.args)
+        if not refs:
+            return step.args  # nothing to replace
+        missing = sorted(set(refs) - self._results.keys())
         if missing:
             raise StepStateError(f"step {step.id} refers to steps {missing}, not done yet")
         return {key: value if key in CODE_ARGS else substitute(value, self._results)
@@ -210,8 +213,8 @@ class Scheduler:
 
     def code_inputs(self, step: Step) -> dict[int, str]:
         """The outputs a tool step's program text refers to: the tool binds them as data."""
-        code = {key: value for key, value in step.args.items() if key in CODE_ARGS}
-        return {n: self._results[n] for n in references(code)}
+        return {n: self._results[n] for key, value in step.args.items() if key in CODE_ARGS
+                for n in references(value)}
 
     def inputs_for(self, step: Step) -> dict[int, str]:
         """The outputs of the step's dependencies (the context of an agent step)."""

@@ -5,7 +5,7 @@ grammars and the tools that bind program inputs share them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 REF = re.compile(r"\$(?:\{([1-9]\d*)\}|([1-9]\d*)(?!\d))")
@@ -17,17 +17,24 @@ def ref_id(match: re.Match[str]) -> int:
     return int(match[1] or match[2])
 
 
-def references(args: Any) -> Iterator[int]:
-    """The step ids named by ``$N`` / ``${N}`` in tool arguments (string values, any depth)."""
+def references(args: Any) -> list[int]:
+    """The step ids named by ``$N`` / ``${N}`` in tool arguments (string values, any depth),
+    in order."""
+    found: list[int] = []
+    _collect(args, found)
+    return found
+
+
+def _collect(args: Any, found: list[int]) -> None:
     if isinstance(args, str):
-        for match in REF.finditer(args):
-            yield ref_id(match)
-    elif isinstance(args, list | tuple):
-        for item in args:
-            yield from references(item)
+        if "$" in args:  # most arguments name no step: no regular expression for them
+            found.extend(ref_id(match) for match in REF.finditer(args))
     elif isinstance(args, dict):
         for item in args.values():
-            yield from references(item)
+            _collect(item, found)
+    elif isinstance(args, list | tuple):
+        for item in args:
+            _collect(item, found)
 
 
 def substitute(args: Any, results: Mapping[int, str]) -> Any:
