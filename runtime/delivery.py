@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from nats.aio.client import Client as NatsClient
+
 from protocols import Message, encode
+
+
+def parse_headers(raw: bytes) -> dict[str, str]:
+    """A NATS header block without a status line (``NATS/1.0`` then ``Name: Value`` lines),
+    read the way nats-py reads it."""
+    return NatsClient._parse_header_lines(raw[len(b"NATS/1.0\r\n"):])
 
 
 class Delivery:
@@ -34,7 +42,10 @@ class Delivery:
 
     @property
     def headers(self) -> dict[str, str]:
-        return dict(self._msg.headers or {})
+        msg = self._msg
+        if msg.headers is None and getattr(msg, "raw_headers", None):
+            msg.headers = parse_headers(msg.raw_headers)
+        return dict(msg.headers or {})
 
     @property
     def reply(self) -> str:

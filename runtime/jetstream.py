@@ -26,6 +26,7 @@ class JetStream(JetStreamContext):
 
     _tokens = 0
     _async_reply_token_at = 0
+    _reply_prefix = ""
 
     async def publish_async(
         self, subject: str, payload: bytes = b"", wait_stall: float | None = None,
@@ -40,8 +41,11 @@ class JetStream(JetStreamContext):
                                                msg_ttl)
         if not self._async_reply_prefix:
             await self._init_async_reply()
-        assert self._async_reply_prefix
-        await self._publish_async_pending_semaphore.acquire()
+        window = self._publish_async_pending_semaphore
+        if window.locked():  # as many unacknowledged as nats-py allows: wait for room
+            await window.acquire()
+        else:
+            window._value -= 1  # what acquire() does when there is room, without a coroutine
         self._tokens += 1
         token = f"{self._tokens:x}"
         future: asyncio.Future[api.PubAck] = asyncio.get_running_loop().create_future()
@@ -49,7 +53,7 @@ class JetStream(JetStreamContext):
         self._publish_async_futures[token] = future
         if self._publish_async_completed_event.is_set():
             self._publish_async_completed_event.clear()
-        await self._nc.publish(subject, payload, reply=self._async_reply_prefix.decode() + token,
+        await self._nc.publish(subject, payload, reply=self._reply_prefix + token,
                                headers=headers)
         return future
 
@@ -60,6 +64,7 @@ class JetStream(JetStreamContext):
         prefix.extend(b"." + self._nc._nuid.next() + b".")
         self._async_reply_prefix = prefix
         self._async_reply_token_at = len(prefix)
+        self._reply_prefix = prefix.decode()
         await subscribe_direct(self._nc, prefix.decode() + "*", self._take_async_reply)
 
     def _async_done(self, token: str) -> None:
