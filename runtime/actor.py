@@ -38,6 +38,7 @@ from protocols.codec import UNREADABLE
 from .bus import TRANSIENT, Bus, offloaded
 from .delivery import Delivery
 from .errors import SetupError
+from .handlers import HandlerTasks
 from .intake import PULL_CAP, Intake
 from .reports import header_safe, tag_of, traceback_tail, work_error
 from .sources import Source, Subscription, WorkQueue, consumer_config, on
@@ -88,6 +89,7 @@ class Actor:
         self._stop = anyio.Event()
         self._draining = False
         self._work: TaskGroup | None = None
+        self._handler_tasks: HandlerTasks
         self._intake: TaskGroup | None = None
         self._served = False
         self.serving = anyio.Event()
@@ -131,6 +133,7 @@ class Actor:
             outer.start_soon(self._keep_alive_loop)
             async with anyio.create_task_group() as work:
                 self._work = work
+                self._handler_tasks = HandlerTasks(work, self._handle)
                 async with anyio.create_task_group() as intake:
                     self._intake = intake
                     for source in self.sources():
@@ -201,13 +204,14 @@ class Actor:
             await self._freed.wait()
 
     async def _admit(self, delivery: Delivery, decoder: Any) -> None:
-        """Wait for a free slot, then handle the message in its own task."""
+        """Wait for a free slot, then handle the message in a task of its own (one that
+        has finished its last, if any is idle: ``runtime.handlers``)."""
         await self._slots.acquire()
         assert self._work is not None
         self._in_flight[id(delivery)] = (delivery, delivery.subject)
         if self._idle.is_set():
             self._idle = anyio.Event()
-        self._work.start_soon(self._handle, delivery, decoder)
+        self._handler_tasks.submit(delivery, decoder)
 
     # -- handling ------------------------------------------------------------------------
 
