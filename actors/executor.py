@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -117,7 +117,7 @@ class Executor(StepRole):
                        spent: Spent) -> dict[str, Any]:
         """Run the step within its timeout: the result's fields saying how it went."""
         try:
-            with anyio.fail_after(task.timeout or math.inf):
+            with anyio.fail_after(task.timeout) if task.timeout else nullcontext():
                 output = await self._execute(task, span, spent)
         except PlancastError as exc:
             error = f"{type(exc).__name__}: {exc}"

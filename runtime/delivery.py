@@ -9,6 +9,9 @@ from nats.aio.client import Client as NatsClient
 
 from protocols import Message, encode
 
+V1_TOKENS, V2_TOKENS = 9, 11
+"""Tokens of a JetStream reply subject without and with a domain (nats-py's counts)."""
+
 
 def parse_headers(raw: bytes) -> dict[str, str]:
     """A NATS header block without a status line (``NATS/1.0`` then ``Name: Value`` lines),
@@ -56,14 +59,28 @@ class Delivery:
         """How many times JetStream has delivered this message (1 on the first try)."""
         if not self.durable:
             return 1
-        return int(self._msg.metadata.num_delivered)
+        return self._ack_fields()[0]
 
     @property
     def stream_seq(self) -> int:
         """The message's sequence in its stream: unique per stored message (0 for core NATS)."""
         if not self.durable:
             return 0
-        return int(self._msg.metadata.sequence.stream)
+        return self._ack_fields()[1]
+
+    def _ack_fields(self) -> tuple[int, int]:
+        """(delivery count, stream sequence), read off the reply subject as nats-py reads
+        its metadata, without the timestamp and the objects it builds for the rest:
+        ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...`` (9 tokens), or with
+        a domain and an account hash after ``ACK`` (11 or more)."""
+        tokens = self._msg.reply.split(".") if self._msg.reply else []
+        if tokens[:2] == ["$JS", "ACK"]:
+            if len(tokens) == V1_TOKENS:
+                return int(tokens[4]), int(tokens[5])
+            if len(tokens) >= V2_TOKENS:
+                return int(tokens[6]), int(tokens[7])
+        metadata = self._msg.metadata  # not a JetStream message: nats-py says why
+        return int(metadata.num_delivered), int(metadata.sequence.stream)
 
     def retries_left(self) -> bool:
         """Will JetStream deliver this message again if it is not acknowledged?"""

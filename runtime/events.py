@@ -109,10 +109,11 @@ class EventLog:
         saves state. Returns None for an event that was already announced, or that would
         follow the terminal one.
         """
-        key = identity(event)
-        if key is not None and key in self.announced:
-            self.announced.discard(key)
-            return None
+        if self.announced:  # only after a takeover
+            key = identity(event)
+            if key is not None and key in self.announced:
+                self.announced.discard(key)
+                return None
         if self.closed:
             log.warning("run %s: %s after the run ended; not recorded", self.run_id,
                         type(event).__name__)

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.errors import BadHeaderError
 
 from runtime.connection import header_block, open_bus
@@ -73,3 +74,16 @@ async def test_a_direct_subscription_reads_headers_only_when_asked(
         assert Delivery(with_headers, durable=False).headers == {"Nats-Msg-Id": "m-1",
                                                                  "Other": "spaced"}
         assert Delivery(empty, durable=False).headers == {"Status-Like": "no"}
+
+
+@pytest.mark.parametrize("reply", [
+    "$JS.ACK.PP_WORK.step-worker.3.1042.17.1795712689273706400.0",
+    "$JS.ACK._.ACCHASH.PP_WORK.step-worker.3.1042.17.1795712689273706400.0.rand",
+    "$JS.ACK.hub.ACCHASH.PP_WORK.step-worker.3.1042.17.1795712689273706400.0",
+])
+def test_delivery_count_and_stream_sequence_read_as_nats_py_reads_them(reply: str) -> None:
+    msg = Msg(_client=None, subject="x", reply=reply)  # type: ignore[arg-type]
+    delivery = Delivery(msg, durable=True)
+    metadata = Msg.Metadata._from_reply(reply)
+    assert (delivery.deliveries, delivery.stream_seq) == \
+        (metadata.num_delivered, metadata.sequence.stream) == (3, 1042)
