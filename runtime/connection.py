@@ -131,20 +131,21 @@ _good_keys: set[str] = set()
 
 def header_block(headers: dict[str, Any]) -> bytes:
     """NATS headers as sent on the wire, with nats-py's rules: keys are tokens (checked once
-    per key), values trimmed with CR and LF turned into spaces, empty keys skipped."""
+    per key), values trimmed with CR and LF turned into spaces, empty keys skipped. Keys
+    and values are ``str`` (a ``str`` enum, such as nats-py's ``Header``, by its value)."""
     lines = ["NATS/1.0\r\n"]
-    for key, value in headers.items():
+    for name, value in headers.items():
+        key = name.strip()  # also a plain str of an enum member's value
         if key not in _good_keys:
-            key = key.strip()
             if not key:
                 continue
             if not _HEADER_KEY.fullmatch(key):
                 raise BadHeaderError(key)
             _good_keys.add(key)
-        text = str(value)
+        text = value.strip()
         if "\r" in text or "\n" in text:
             text = text.translate(_NEWLINES)
-        lines.append(f"{key}: {text.strip()}\r\n")
+        lines.append(f"{key}: {text}\r\n")
     lines.append("\r\n")
     return "".join(lines).encode()
 

@@ -12,6 +12,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import BadHeaderError
+from nats.js import api
 
 from runtime.connection import header_block, open_bus
 from runtime.delivery import Delivery
@@ -25,7 +26,7 @@ def nats_py_block(headers: dict[str, str]) -> bytes:
     block = bytearray(b"NATS/1.0\r\n")
     for key, value in headers.items():
         if key.strip():
-            block += f"{key.strip()}: ".encode()
+            block += key.strip().encode() + b": "
             block += value.strip().translate(str.maketrans({"\r": " ", "\n": " "})).encode()
             block += b"\r\n"
     return bytes(block + b"\r\n")
@@ -35,6 +36,7 @@ def nats_py_block(headers: dict[str, str]) -> bytes:
     {"Nats-Msg-Id": "run-1/2/3/f4"},
     {"Nats-Msg-Id": "a", "Nats-Expected-Last-Subject-Sequence": "17", "traceparent": "00-x"},
     {" Padded ": "  value  ", "": "skipped", "Multi": "line\r\none\ntwo"},
+    {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0", api.Header.MSG_ID: "x"},  # as KV sends
 ])
 def test_the_header_block_is_nats_pys(headers: dict[str, str]) -> None:
     assert header_block(headers) == nats_py_block(headers)
