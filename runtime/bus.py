@@ -6,6 +6,7 @@ Connecting (and starting an embedded server when no URL is set) is in ``connecti
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -33,6 +34,11 @@ MAX_OBJECT_BYTES = 64 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 _nuid = NUID()
+
+
+@functools.lru_cache(maxsize=4096)
+def _subject(prefix: str, verb: Verb, tokens: tuple[str, ...]) -> str:
+    return subject(prefix, verb, *tokens)
 
 
 def offloaded(data: bytes) -> Offloaded | None:
@@ -126,8 +132,9 @@ class Bus:
         """The URL actually connected to (the embedded server's when one was started)."""
 
     def subject(self, verb: Verb, *tokens: str) -> str:
-        """A subject under this deployment's prefix."""
-        return subject(self.prefix, verb, *tokens)
+        """A subject under this deployment's prefix (each built and checked once: a
+        run's subjects are asked for again with every step)."""
+        return _subject(self.prefix, verb, tokens)
 
     @property
     def max_payload(self) -> int:

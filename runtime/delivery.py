@@ -27,7 +27,8 @@ class Delivery:
     nothing to settle; those calls are no-ops there.
     """
 
-    __slots__ = ("_msg", "durable", "max_deliver", "received_at", "settled", "size", "subject")
+    __slots__ = ("_fields", "_msg", "durable", "max_deliver", "received_at", "settled", "size",
+                 "subject")
 
     def __init__(self, msg: Any, *, durable: bool, max_deliver: int = 1) -> None:
         self._msg = msg
@@ -38,6 +39,7 @@ class Delivery:
         self.size = len(msg.data)
         self.received_at = time.monotonic()
         self.settled = False
+        self._fields: tuple[int, int] | None = None
 
     @property
     def data(self) -> bytes:
@@ -73,6 +75,12 @@ class Delivery:
         its metadata, without the timestamp and the objects it builds for the rest:
         ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...`` (9 tokens), or with
         a domain and an account hash after ``ACK`` (11 or more)."""
+        if self._fields is not None:
+            return self._fields
+        self._fields = self._read_ack_fields()
+        return self._fields
+
+    def _read_ack_fields(self) -> tuple[int, int]:
         tokens = self._msg.reply.split(".") if self._msg.reply else []
         if tokens[:2] == ["$JS", "ACK"]:
             if len(tokens) == V1_TOKENS:
