@@ -142,7 +142,7 @@ async def accept_held(run: Run, round_: int, step: Step) -> None:
     """Add a step to the held round (the caller holds the lock); it runs once approved."""
     check_tool_allowed(run.team, step, run.planner.known_tools)
     run.scheduler.add(step)
-    run.meta[step.id] = StepMeta(round_)
+    run.meta[step.id] = StepMeta(round_, planned_seq=run.events.next_seq)
     run.touch(step.id)
     await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shaped(step)))
 

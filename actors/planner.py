@@ -187,8 +187,12 @@ class Planner(RoleActor):
         state = await self._restore(record, fresh=not adopted)
         tail: Tail | None = None
         if adopted:  # the fence is up: nothing more can be added behind our back
-            events = await read_tail(self.bus, record.run_id, record.events_seq)
-            tail = fold(state, events, next_seq=record.next_seq)
+            positions: dict[int, int] = {}
+            events = await read_tail(self.bus, record.run_id, record.events_seq, positions)
+            tail = fold(state, events, next_seq=record.next_seq,
+                        replayed=frozenset(record.replayed))
+            tail.positions = positions
+            state.scheduler.reorder(record.order)
         return Run(self, state, revision, fence=fence, tail=tail, previous_owner=previous)
 
     async def _restore(self, record: RunRecord, *, fresh: bool) -> RunState:
@@ -197,11 +201,12 @@ class Planner(RoleActor):
             for entry in (await current_values(self.kv, step_keys(record.run_id))).values():
                 step = decode(entry.value, StepRecord)
                 steps[step.step.id] = step
-            if set(record.order) <= steps.keys():
+            recorded = set(record.order) - set(record.replayed)  # the rest are in the log
+            if recorded <= steps.keys():
                 break
         else:
             if not fresh:  # a step the header lists has no record: rebuild it from the log
-                steps |= await planned_steps(self.bus, record, set(record.order) - steps.keys())
+                steps |= await planned_steps(self.bus, record, recorded - steps.keys())
         return await restore(
             record, steps, known_roles=[r.name for r in plan_roles(
                 self.ctx.team, record.request, self.config)],

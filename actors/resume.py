@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 
 import anyio
@@ -75,14 +75,18 @@ class Tail:
     """The run already ended: only its state was not saved."""
     usage: Usage | None = None
     """The run's usage as last announced."""
+    positions: dict[int, int] = field(default_factory=dict)
+    """The first event number of each message read → its stream sequence."""
     skipped: list[int] = field(default_factory=list)
     """Numbers below ``last_seq`` with no event: the previous owner's writes that were lost
     and, the run being fenced now, never will be stored."""
 
 
-async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, int]]:
+async def read_tail(bus: Bus, run_id: str, after: int,
+                    positions: dict[int, int] | None = None) -> list[tuple[RunEvent, int]]:
     """The run's stored events after stream sequence ``after``, each with the fence it was
-    written under (retried through failovers)."""
+    written under (retried through failovers); ``positions`` gets the first event number
+    of each message read → its stream sequence."""
     stream = stream_name(bus.prefix, Stream.EVENTS)
     subject = bus.subject(Verb.EVENT, run_id)
     found: list[tuple[RunEvent, int]] = []
@@ -101,8 +105,10 @@ async def read_tail(bus: Bus, run_id: str, after: int) -> list[tuple[RunEvent, i
             continue
         seq = int(raw.seq or seq) + 1
         fence = int((raw.headers or {}).get(EXPECT_SEQ, 0))
-        found += [(event, fence)
-                  for event in readable_events(await bus.resolve(raw.data or b""), run_id)]
+        events = readable_events(await bus.resolve(raw.data or b""), run_id)
+        found += [(event, fence) for event in events]
+        if positions is not None and events:
+            positions[min(e.seq for e in events)] = seq - 1
 
 
 async def planned_steps(bus: Bus, record: RunRecord, missing: set[int]) -> dict[int, StepRecord]:
@@ -116,22 +122,30 @@ async def planned_steps(bus: Bus, record: RunRecord, missing: set[int]) -> dict[
             if isinstance(e, StepPlanned) and e.step.id in missing}
 
 
-def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) -> Tail:
-    """Apply the tail (events numbered ``next_seq`` and on) to the restored ``state``."""
+def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
+         replayed: Collection[int] = ()) -> Tail:
+    """Apply the tail (events numbered ``next_seq`` and on, and before them those of the
+    ``replayed`` steps, which have no record) to the restored ``state``."""
     out = Tail(last_seq=next_seq - 1)
     s, meta, now = state.scheduler, state.meta, time.time()
     seen: set[int] = set()
     spent: dict[str, Usage] = {}  # per source, since its step's last dispatch or failure
     for event, fence in tail:
-        if event.seq < next_seq:
-            continue  # already reflected in the saved state
-        seen.add(event.seq)
-        out.last_seq = max(out.last_seq, event.seq)
+        early = event.seq < next_seq  # only a replayed step's: the rest is in the state
+        if early and _step_of(event) not in replayed:
+            continue
+        if not early:
+            seen.add(event.seq)
+            out.last_seq = max(out.last_seq, event.seq)
         key = identity(event)
         if key is not None:
             out.announced.add(key)
             out.told.add(key)
         match event:
+            case StepPlanned() if early and event.step.id not in meta:
+                s.adopt(event.step, event.round)  # the plan may be closed by now
+                meta[event.step.id] = StepMeta(event.round, dispatched_at=now,
+                                               planned_seq=event.seq)
             case StepPlanned() if event.round == s.round and not s.closed \
                     and event.step.id not in meta:
                 try:
@@ -140,7 +154,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                     log.warning("run %s: replaying step %d failed: %s", state.record.run_id,
                                 event.step.id, exc)
                     continue
-                meta[event.step.id] = StepMeta(event.round, dispatched_at=now)
+                meta[event.step.id] = StepMeta(event.round, dispatched_at=now,
+                                               planned_seq=event.seq)
             case PlanRejected() | PlanApproved(edited=True) if event.round == s.round:
                 for sid in s.discard_pending():  # an edit replans the round's held steps
                     meta.pop(sid, None)
@@ -154,9 +169,12 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
                 m = meta[event.step_id]
                 if not _current(state, event.step_id, event.attempt):
                     s.redispatched(event.step_id, event.attempt)
+                    if not _current(state, event.step_id, event.attempt):
+                        continue  # the state is further along than the log (a newer record)
                     m.new_attempt(now)
                 m.task_id = task_id(state.record.run_id, event.step_id, event.attempt, fence)
-                out.republish[event.step_id] = m.task_id
+                if not early:  # an earlier one was stored before the state said so
+                    out.republish[event.step_id] = m.task_id
                 spent.pop(f"step:{event.step_id}", None)
             case StepStarted() if _current(state, event.step_id, event.attempt):
                 m = meta[event.step_id]
@@ -195,6 +213,14 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int) ->
     state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
     out.skipped = [n for n in range(next_seq, out.last_seq + 1) if n not in seen]
     return out
+
+
+def _step_of(event: RunEvent) -> int | None:
+    """The step an event is about, if any."""
+    if isinstance(event, StepPlanned):
+        return event.step.id
+    step_id: int | None = getattr(event, "step_id", None)
+    return step_id
 
 
 def _usage_of(announced: set[Hashable], step_id: int) -> list[Hashable]:

@@ -68,6 +68,7 @@ class Run:
         self.previous_owner = previous_owner
         self.events = EventLog(self.bus, self.run_id, next_seq=self.tail.last_seq + 1,
                                fence=fence)
+        self.events.stored_at.update(self.tail.positions)
         saved = {identity_of(k) for k in record.announced}  # from an earlier takeover
         self.events.announced = self.tail.announced | saved
         self.told = self.tail.told | saved

@@ -222,7 +222,7 @@ async def _accept(run: Run, round_: int, step: Step) -> None:
             return
         check_tool_allowed(run.team, step, run.planner.known_tools)
         ready = run.scheduler.add(step)
-        run.meta[step.id] = StepMeta(round_)
+        run.meta[step.id] = StepMeta(round_, planned_seq=run.events.next_seq)
         run.touch(step.id)
         # Subscribers see the real DAG: $N references count as dependencies.
         await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shaped(step)))

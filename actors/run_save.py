@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
-from protocols import RunFailed, RunFinished, Step
+from protocols import RunFailed, RunFinished, Step, StepRecord
 from runtime.bus import Fenced, Unsettled
 from runtime.events import identity_key
 from runtime.step_states import StepState
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from .run import Run
 
 log = logging.getLogger(__name__)
+
+REPLAY_LIMIT = 1024
+"""Events a step may go on without a record: one planned longer ago than this gets one, so
+a takeover never replays more than this many events plus the tail."""
+REPLAYABLE = frozenset({StepState.PENDING, StepState.READY, StepState.RUNNING})
 
 CHECKPOINT_EVERY = 64
 """Outcomes acknowledged on their events alone before the state is written again: a
@@ -52,6 +57,11 @@ class RunSaver:
         """Tasks sent (with their step) whose storage is not confirmed yet."""
         self.replayed = 0
         """Outcomes acknowledged on their events alone since the last write."""
+        self.unrecorded: dict[int, int] = {}
+        """Steps with no record (their events say all), each with its planned event's
+        number: the replay of a takeover must start before the oldest."""
+        self.events_seq = run.record.events_seq
+        """Where the last written state said a takeover's replay starts."""
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
 
@@ -81,16 +91,16 @@ class RunSaver:
             version, self.replayed = self._version, 0
             touched, self.touched = self.touched, set()
             run = self.run
-            records = [run_state.step_record(run.scheduler, run.meta[sid], step)
-                       for sid in touched
-                       if (step := self._step_or_none(sid)) is not None]
+            records = self._records(touched)
+            events_seq = self._replay_after()
             head = run_state.header(
                 run.record, run.scheduler, plan_closed=run.plan_closed,
                 synthesis_round=run.synthesis_round, next_seq=run.events.next_seq,
-                events_seq=run.events.stored_seq, usage=run.usage,
+                events_seq=events_seq, usage=run.usage,
                 owner=run.planner.owner_id, lease_until=time.time() + run.planner.lease,
                 round_reason=run.round_reason, fence=run.fence,
-                announced=sorted(identity_key(k) for k in run.events.announced))
+                announced=sorted(identity_key(k) for k in run.events.announced),
+                replayed=sorted(self.unrecorded))
             try:
                 # Never cut in half by a cancel (an abort, a lost lease): a header the server
                 # took but whose revision we never learned would make the next save look
@@ -100,7 +110,46 @@ class RunSaver:
             except BaseException:
                 self.touched |= touched  # written again next time
                 raise
+            for record in records:
+                run.meta[record.step.id].recorded = True
+            self.events_seq = events_seq
             self._saved = version
+
+    def _records(self, touched: set[int]) -> list[StepRecord]:
+        """The records to write: of the steps touched, and of those without one that now
+        need one; the others stay without (``unrecorded``)."""
+        run, records = self.run, []
+        for sid in touched | self.unrecorded.keys():
+            step = self._step_or_none(sid)
+            meta = run.meta.get(sid)
+            if step is None or meta is None:
+                self.unrecorded.pop(sid, None)
+            elif self._replayable(sid, meta):
+                self.unrecorded[sid] = meta.planned_seq
+            else:
+                self.unrecorded.pop(sid, None)
+                records.append(run_state.step_record(run.scheduler, meta, step))
+        return records
+
+    def _replayable(self, sid: int, meta: run_state.StepMeta) -> bool:
+        """The step's events say all there is to know of it (planned, dispatched, claimed;
+        no other attempt, nothing under review), and not from too far back."""
+        run = self.run
+        return not meta.recorded and 0 < meta.planned_seq \
+            and run.events.next_seq - meta.planned_seq <= REPLAY_LIMIT \
+            and run.scheduler.attempt(sid) == 1 and run.state_of(sid) in REPLAYABLE \
+            and meta.review_output is None and not meta.feedback
+
+    def _replay_after(self) -> int:
+        """The stream sequence a takeover reads the events after: the latest stored, or
+        before the oldest step without a record (never later than said last time, when
+        where its events are is not known here)."""
+        events = self.run.events
+        if not self.unrecorded:
+            events.stored_at.clear()
+            return events.stored_seq
+        after = events.replay_after(min(self.unrecorded.values()))
+        return min(self.events_seq, events.stored_seq) if after is None else after
 
     async def _settle_sent(self) -> None:
         """What the state says was sent must be stored before the state is, including

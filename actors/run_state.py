@@ -86,6 +86,11 @@ class StepMeta:
     """The current attempt's task in the work stream, once stored."""
     task_id: str = ""
     """The ``Nats-Msg-Id`` of that task."""
+    recorded: bool = False
+    """A step record of it was written (from then on every change is written too)."""
+    planned_seq: int = 0
+    """The number of its ``step.planned`` event: where a replay that rebuilds it from the
+    run's events must start."""
 
     def new_attempt(self, now: float) -> None:
         """Forget the previous attempt's claims and timers."""
@@ -128,7 +133,7 @@ async def restore(
         claimants=set(r.claimants), dispatched_at=now, claimed_at=now if r.claimed_at else 0.0,
         beats=r.heartbeat,
         review_sent_at=now if r.review_output is not None else 0.0,
-        task_seq=r.task_seq, task_id=r.task_id) for r in ordered}
+        task_seq=r.task_seq, task_id=r.task_id, recorded=True) for r in ordered}
     return RunState(record, scheduler, meta)
 
 
@@ -151,7 +156,7 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
 def header(
     base: RunRecord, scheduler: Scheduler, *, plan_closed: bool, synthesis_round: int,
     next_seq: int, events_seq: int, usage: Usage, owner: str, lease_until: float,
-    round_reason: str, fence: int, announced: list[str],
+    round_reason: str, fence: int, announced: list[str], replayed: list[int],
 ) -> RunRecord:
     return RunRecord(
         run_id=base.run_id, request=base.request, status=base.status, owner=owner,
@@ -160,7 +165,7 @@ def header(
         order=[s.id for s in scheduler.steps], dropped=sorted(scheduler.dropped),
         next_seq=next_seq, events_seq=events_seq, usage=usage, outcome=base.outcome,
         started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
-        announced=announced, fence=fence,
+        announced=announced, fence=fence, replayed=replayed,
     )
 
 

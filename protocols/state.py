@@ -100,7 +100,8 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     synthesis_round: int = -1
     """The round whose synthesis was requested (-1: none yet)."""
     order: list[int] = []
-    """Step ids in emission order, across rounds (each has a step record)."""
+    """Step ids in emission order, across rounds (each has a step record, but those in
+    ``replayed``)."""
     dropped: list[int] = []
     """Ids of earlier rounds' unfinished steps: taken, never reused."""
     next_seq: int = 1
@@ -116,8 +117,14 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     deadline: float = 0.0
     """Unix time the run fails if it has not ended (0: no deadline)."""
     events_seq: int = 0
-    """Stream sequence of the run's last event known stored when this record was written: a
-    planner taking the run over reads the events after it (changes not in this record)."""
+    """A planner taking the run over reads the run's events stored after this stream
+    sequence: those numbered ``next_seq`` and on (changes not in this record), and before
+    them the events of the steps in ``replayed``."""
+    replayed: list[int] = []
+    """Steps of the current round with no step record: planned, and perhaps dispatched and
+    claimed, but nothing more (their events say all; writing a record for each would cost
+    as much as the step). A takeover rebuilds them from their events, which ``events_seq``
+    keeps within the replay."""
     announced: list[str] = []
     """Outcomes the log already tells but whose messages this state has not applied yet
     (a takeover's replay), each as a JSON array: they are not told again."""

@@ -96,8 +96,11 @@ class EventLog:
         """True after the terminal event: nothing may follow it."""
         self.stored_seq = 0
         """Stream sequence of the latest event known stored."""
+        self.stored_at: dict[int, int] = {}
+        """The first event number of each message stored → its stream sequence: where a
+        replay that must see a given event starts (``replay_after``)."""
         self._pending: list[Event] = []  # emitted, not sent yet
-        self._unsettled: list[Unsettled] = []  # sent, storage not confirmed yet
+        self._unsettled: list[tuple[int, Unsettled]] = []  # (first number, sent, not stored)
         self._send_lock = anyio.Lock(fast_acquire=True)
         self._wake = anyio.Event()
 
@@ -140,7 +143,7 @@ class EventLog:
     @property
     def settled(self) -> bool:
         """Every event emitted so far is known stored."""
-        return not self._pending and all(u.seq for u in self._unsettled)
+        return not self._pending and all(u.seq for _, u in self._unsettled)
 
     async def flush(self) -> None:
         """Wait until every event emitted so far is stored (``Fenced``: we lost the run).
@@ -151,9 +154,23 @@ class EventLog:
         await anyio.lowlevel.checkpoint()
         await self._send()
         sent = list(self._unsettled)
-        await self.bus.settle(sent)  # another flush may settle the same ones: that is safe
-        self._unsettled = [u for u in self._unsettled if not u.seq]
-        self.stored_seq = max([self.stored_seq, *(u.seq for u in sent)])
+        await self.bus.settle([u for _, u in sent])  # another flush may settle the same ones
+        self._unsettled = [(first, u) for first, u in self._unsettled if not u.seq]
+        for first, u in sent:
+            self.stored_at[first] = u.seq
+        self.stored_seq = max([self.stored_seq, *(u.seq for _, u in sent)])
+
+    def replay_after(self, number: int) -> int | None:
+        """The stream sequence after which the events numbered ``number`` and on are all
+        stored (None: not known here); messages before that one are forgotten."""
+        firsts = [first for first in self.stored_at if first <= number]
+        if not firsts:
+            return None
+        start = max(firsts)
+        for first in firsts:
+            if first != start:
+                del self.stored_at[first]
+        return self.stored_at[start] - 1
 
     async def _send(self) -> None:
         """Send every pending event, in order, as few messages as fit."""
@@ -162,12 +179,14 @@ class EventLog:
                 count, message, msg_id = self._next_message()
                 sent = await self.bus.publish_soon(self.subject, message, headers=self.headers,
                                                    msg_id=msg_id)
+                first = self._pending[0].seq
                 del self._pending[:count]
-                self._unsettled.append(sent)
+                self._unsettled.append((first, sent))
                 if self.headers is not None and not self.bus.pipeline_fenced:
                     # The server takes fenced writes one at a time (a replicated stream):
                     # store this one before the next is sent.
                     await self.bus.settle([sent])
+                    self.stored_at[first] = sent.seq
 
     def _next_message(self) -> tuple[int, Message, str]:
         """How many pending events the next message takes, the message and its id."""

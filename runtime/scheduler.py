@@ -85,6 +85,25 @@ class Scheduler:
         s._closed = closed
         return s
 
+    def adopt(self, step: Step, round: int) -> None:
+        """Restore: a step the run's log shows planned whose state was never saved (no
+        checks, the round's plan may be closed by now): pending, or ready if what it
+        needs is done."""
+        deps = tuple(dict.fromkeys([*step.depends_on, *references(step.args)]))
+        self._steps[step.id], self._deps[step.id], self._attempts[step.id] = step, deps, 1
+        for dep in deps:
+            self._dependents.setdefault(dep, []).append(step.id)
+        self._state[step.id] = StepState.READY if self._deps_done(step.id) \
+            else StepState.PENDING
+        self._new_in_round += round == self._round
+
+    def reorder(self, order: Sequence[int]) -> None:
+        """Restore: steps in emission order (those adopted from the log came last); steps
+        ``order`` does not name keep their place after the rest."""
+        rank = {sid: i for i, sid in enumerate(order)}
+        self._steps = dict(sorted(self._steps.items(),
+                                  key=lambda item: rank.get(item[0], len(rank))))
+
     @property
     def dropped(self) -> frozenset[int]:
         """Ids of earlier rounds' unfinished steps (taken; a result for one is stale)."""

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from nats.js.errors import NotFoundError
 
 from protocols import (
     RunRecord,
@@ -73,7 +74,11 @@ async def test_a_short_result_is_acknowledged_before_the_state_records_it(
                 consumer = (stream_name(prefix, Stream.RESULTS), f"run-{run_id}")
                 while (await bus.js.consumer_info(*consumer)).num_ack_pending:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
-                seen["step 1"] = decode(await record(step_key(run_id, 1)), StepRecord).status
+                try:
+                    seen["step 1"] = decode(await record(step_key(run_id, 1)),
+                                            StepRecord).status
+                except NotFoundError:  # planned and dispatched: its events say all
+                    seen["step 1"] = "no record"
                 released["b"].set()
                 return
 
@@ -86,4 +91,22 @@ async def test_a_short_result_is_acknowledged_before_the_state_records_it(
                           "tool_steps_only": True}},
         settings={"run_lease": 60.0})  # no renewal (a save) while the test looks
     assert out.answer == "both held"
-    assert seen == {"step 1": "running"}  # acknowledged; the state still says running
+    assert seen == {"step 1": "no record"}  # acknowledged; no state says it is done
+
+
+async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix: str) -> None:
+    """Planned, dispatched and claimed, a step's events say all: the state writes its
+    record once it is done, not before (a wide plan wrote two per step)."""
+    writes: list[int] = []
+
+    async def during(bus: Bus, run_id: str) -> None:
+        bucket = runs_bucket(prefix)
+        sub = await bus.nc.subscribe(f"$KV.{bucket}.{step_key(run_id, 1)[:-1]}*")
+        async for msg in sub.messages:
+            writes.append(decode(msg.data, StepRecord).step.id)
+
+    lines = [plan_line(i, tool="echo", args={"text": f"{i}"}) for i in range(1, 41)]
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=lines),
+                                            finish("done")], during=during)
+    assert out.answer == "done"
+    assert sorted(writes) == list(range(1, 41))  # one record per step

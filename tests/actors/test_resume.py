@@ -156,3 +156,51 @@ def test_numbers_the_previous_owner_never_stored_are_reported_as_skipped() -> No
                   UsageRecorded(run_id=RUN, source="planner", usage=Usage(), total=Usage()))
     out = fold(state, [events[0], events[2]], next_seq=10)
     assert out.skipped == [11] and out.last_seq == 12
+
+
+def early(*events: RunEvent, first: int = 3, fence: int = 7) -> list[tuple[RunEvent, int]]:
+    """Events numbered from ``first``: before the saved state's next number (10)."""
+    return [(msgspec.structs.replace(e, seq=first + i), fence) for i, e in enumerate(events)]
+
+
+def test_steps_without_a_record_are_rebuilt_from_their_events_before_the_save() -> None:
+    """Step 2 was planned, dispatched and claimed before the save (events 3-5), which wrote
+    no record of it; step 1 has one. The plan was closed then: step 2 is adopted all the
+    same, its task is not sent again (the save confirmed it stored), and the events of
+    step 1 and of the run before the save change nothing."""
+    state = saved((step(1), StepState.DONE), closed=True)
+    out = fold(state, [
+        *early(StepPlanned(run_id=RUN, round=0, step=step(1)),
+               StepPlanned(run_id=RUN, round=0, step=step(2, 1)),
+               StepDispatched(run_id=RUN, step_id=1, role="worker", attempt=1),
+               StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+               StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a",
+                           delivery=1, heartbeat=0.5),
+               PlanFinished(run_id=RUN, round=0, steps=2)),
+        *tail(StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/b",
+                          delivery=2, heartbeat=0.5))], next_seq=10, replayed={2})
+    s = state.scheduler
+    assert s.state(1) is StepState.DONE and s.attempt(1) == 1
+    assert s.state(2) is StepState.RUNNING and s.attempt(2) == 1 and s.closed
+    assert state.meta[2].claimants == {"worker/a#1", "worker/b#2"}
+    assert state.meta[2].planned_seq == 4 and not state.meta[2].recorded
+    assert out.republish == {} and out.last_seq == 10 and out.skipped == []
+
+
+def test_a_step_with_a_record_newer_than_the_header_is_not_set_back() -> None:
+    """A save wrote step 2's record (done) but died before its header: the header still
+    lists step 2 as replayed, and its old dispatch does not start it again."""
+    state = saved((step(1), StepState.DONE), (step(2), StepState.DONE), closed=True)
+    out = fold(state, early(StepPlanned(run_id=RUN, round=0, step=step(2)),
+                            StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1)),
+               next_seq=10, replayed={2})
+    assert state.scheduler.state(2) is StepState.DONE and out.republish == {}
+
+
+def test_a_discarded_steps_events_before_the_save_are_not_replayed() -> None:
+    """Steps the saved state no longer has (a rejected plan discarded them) are not listed
+    as replayed, and stay gone."""
+    state = saved((step(1), StepState.RUNNING))
+    fold(state, early(StepPlanned(run_id=RUN, round=0, step=step(5))), next_seq=10,
+         replayed={1})
+    assert [s.id for s in state.scheduler.steps] == [1]
