@@ -14,8 +14,9 @@ from nats.aio.msg import Msg
 from nats.errors import BadHeaderError
 from nats.js import api
 
-from runtime.connection import header_block, open_bus
+from runtime.connection import open_bus
 from runtime.delivery import Delivery
+from runtime.nats_client import header_block
 from runtime.settings import Settings
 
 pytestmark = pytest.mark.anyio
