@@ -185,7 +185,7 @@ class Actor:
         if unknown:
             raise TypeError(f"{type(self).__name__} has no @on handler for {unknown}")
         decoder = decoder_for(accepts[0] if len(accepts) == 1 else _union(accepts))
-        intake = Intake(self.bus, self.name, self._admit, self._room,
+        intake = Intake(self.bus, self.name, self._admit, self._admit_now, self._room,
                         lambda: int(self._slots.value), min(self.concurrency, PULL_CAP))
         with anyio.CancelScope() as scope:
             if isinstance(source, Subscription):
@@ -203,11 +203,21 @@ class Actor:
                 self._freed = anyio.Event()
             await self._freed.wait()
 
+    def _admit_now(self, delivery: Delivery, decoder: Any) -> bool:
+        """Handle the message if a slot is free now (it is being read: no waiting)."""
+        if self._draining or self._work is None or self._slots.value == 0:
+            return False
+        self._slots.acquire_nowait()
+        self._start_handling(delivery, decoder)
+        return True
+
     async def _admit(self, delivery: Delivery, decoder: Any) -> None:
         """Wait for a free slot, then handle the message in a task of its own (one that
         has finished its last, if any is idle: ``runtime.handlers``)."""
         await self._slots.acquire()
-        assert self._work is not None
+        self._start_handling(delivery, decoder)
+
+    def _start_handling(self, delivery: Delivery, decoder: Any) -> None:
         self._in_flight[id(delivery)] = (delivery, delivery.subject)
         if self._idle.is_set():
             self._idle = anyio.Event()

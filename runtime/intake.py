@@ -42,6 +42,8 @@ class Intake:
     """The actor's role, in log lines and consumer bindings."""
     admit: Callable[[Delivery, Any], Awaitable[None]]
     """Wait for a free slot, then handle the delivery (with this decoder) in its own task."""
+    admit_now: Callable[[Delivery, Any], bool]
+    """The same if a slot is free now (True), without waiting (False)."""
     room: Callable[[], Awaitable[None]]
     """Return once a slot is free, without taking it."""
     free: Callable[[], int]
@@ -86,6 +88,11 @@ class Intake:
                     cap=self.cap, expires=FETCH_WAIT)
         await pull.start()
         msgs: deque[Any] = deque()
+        # A message read while a slot is free goes to a handler at once, from the read
+        # loop: not through this loop's next turn (one loop turn less per step). Only when
+        # none waits here, so they are handled in the order they came.
+        pull.take = lambda msg: not msgs and self.admit_now(
+            Delivery(msg, durable=True, max_deliver=max_deliver), decoder)
         failures = 0
         try:
             while failures < REBIND_AFTER:

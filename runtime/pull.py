@@ -54,6 +54,9 @@ class Pull:
         """Monotonic time by which the open request has surely ended."""
         self._gone = ""
         """Why the server says the consumer is gone (raised at the next call)."""
+        self.take: Callable[[Any], bool] | None = None
+        """Offered each message as it is read, when none is waiting: True if it took it
+        (handed it to a handler then and there); else it waits for ``next_batch``."""
 
     async def start(self) -> None:
         self.inbox = self.bus.nc.new_inbox()
@@ -71,6 +74,12 @@ class Pull:
         return left
 
     def _arrive(self, msg: Any) -> None:
+        if self.take is not None and not self._arrived \
+                and not (msg.headers and msg.headers.get(Header.STATUS)) and self.take(msg):
+            self._open = max(0, self._open - 1)
+            if not self._open:
+                self._wake.set()  # the request is used up: the caller asks for more
+            return
         self._arrived.append(msg)
         self._wake.set()
 

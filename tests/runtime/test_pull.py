@@ -82,3 +82,36 @@ async def test_a_pull_with_no_room_returns_at_once_so_its_caller_asks_when_room_
         assert [m.data for m in got] == [b"0"]
         await got[0].ack()
         await pull.stop()
+
+
+async def test_messages_taken_as_they_are_read_keep_their_order_and_are_all_asked_for(
+    nats_url: str, prefix: str
+) -> None:
+    """``take`` gets each message as it is read while none waits; once it refuses one (no
+    room), the ones after wait behind it rather than pass it; a request used up by taken
+    messages is followed by another."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        pull = await _queue(bus, 0)
+        taken: list[bytes] = []
+        room = {"free": 2}
+
+        def take(msg: object) -> bool:
+            if room["free"] == 0:
+                return False
+            room["free"] -= 1
+            taken.append(msg.data)  # type: ignore[attr-defined]
+            return True
+
+        pull.take = take
+        subj = bus.subject(Verb.STEP, "pulled")
+        assert await pull.next_batch(lambda: 4) == []  # asks for 4; nothing yet
+        for n in range(6):
+            await bus.js.publish(subj, str(n).encode())
+        waited = await _take(pull, lambda: 4, 2)  # 0 and 1 were taken; 2 and 3 wait
+        assert taken == [b"0", b"1"] and waited == [b"2", b"3"]
+        room["free"] = 10
+        with anyio.fail_after(10):  # a new request: 4 and 5 are taken as they come
+            while len(taken) < 4:
+                assert await pull.next_batch(lambda: 4) == []
+        assert taken == [b"0", b"1", b"4", b"5"]
+        await pull.stop()
