@@ -23,9 +23,15 @@ from protocols import (
     RunFinished,
     RunRequest,
     Step,
+    StepClaimed,
     StepDispatched,
     StepFinished,
+    StepOutcomes,
     StepPlanned,
+    StepResult,
+    Verb,
+    decoder_for,
+    subject,
 )
 from runtime.bus import Bus
 from runtime.client import follow, submit
@@ -161,6 +167,20 @@ def check_sequence(events: Sequence[RunEvent]) -> None:
     terminal = [isinstance(e, RunFinished | RunFailed) for e in events]
     assert terminal == [False] * (len(events) - 1) + [True], listing
     assert event_log_violations(events) == [], listing
+
+
+OUTCOMES = decoder_for(StepClaimed | StepResult | StepOutcomes)
+
+
+async def watch_outcomes(bus: Bus, run_id: str, seen: list[object]) -> None:
+    """Record every claim, result and batch of them sent for the run, as sent (core NATS
+    sees the stream's input); a ``during`` of ``run_team``."""
+    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, run_id, ">", wildcard=True))
+    async for msg in sub.messages:
+        try:
+            seen.append(OUTCOMES.decode(msg.data))
+        except Exception:  # other outcomes (the synthesizer's) are not these
+            continue
 
 
 async def run_team(

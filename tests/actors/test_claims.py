@@ -12,28 +12,14 @@ from protocols import (
     StepResult,
     StepStarted,
     Verb,
-    decoder_for,
-    subject,
 )
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import echo, finish, plan_line, run_team
+from .harness import echo, finish, plan_line, run_team, watch_outcomes
 
 pytestmark = pytest.mark.anyio
-
-RESULT_DECODER = decoder_for(StepClaimed | StepResult)
-
-
-async def _watch_results(bus: Bus, run_id: str, seen: list[object]) -> None:
-    """Record every claim and result sent for the run (core NATS sees the stream's input)."""
-    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, run_id, ">", wildcard=True))
-    async for msg in sub.messages:
-        try:
-            seen.append(RESULT_DECODER.decode(msg.data))
-        except Exception:  # other outcomes (the synthesizer's) are not ours
-            continue
 
 
 async def test_a_quick_step_claims_in_its_result(nats_url: str, prefix: str) -> None:
@@ -41,7 +27,7 @@ async def test_a_quick_step_claims_in_its_result(nats_url: str, prefix: str) -> 
     out = await run_team(nats_url, prefix, [
         Rule(role="planner", lines=[echo(1, "hello")]), finish("done")],
         settings={"claim_after": 60.0},  # however slow the machine, it ends before
-        during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+        during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
     [started] = out.of(StepStarted)
     finished = out.finished(1)
     assert out.seq(StepStarted) < out.seq(type(finished))
@@ -57,7 +43,7 @@ async def test_a_longer_step_is_claimed_while_it_runs(nats_url: str, prefix: str
     out = await run_team(nats_url, prefix, [
         Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 1})]),
         finish("done")], settings={"claim_after": 0.0},
-        during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+        during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
     assert len(out.of(StepStarted)) == 1
     assert out.seq(StepStarted) < out.seq(type(out.finished(1)))
     assert [type(m) for m in seen][:2] == [StepClaimed, StepResult]

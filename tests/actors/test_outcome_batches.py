@@ -7,34 +7,20 @@ import pytest
 
 from protocols import (
     OutcomeRefused,
-    StepClaimed,
     StepOutcomes,
     StepResult,
     StepStarted,
     Verb,
-    decoder_for,
-    subject,
 )
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import finish, plan_line, run_team
+from .harness import finish, plan_line, run_team, watch_outcomes
 
 pytestmark = pytest.mark.anyio
 
-OUTCOMES = decoder_for(StepClaimed | StepResult | StepOutcomes)
 WIDE = 24
-
-
-async def _watch_results(bus: Bus, run_id: str, seen: list[object]) -> None:
-    """Every claim, result and batch sent for the run (core NATS sees the stream's input)."""
-    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, run_id, ">", wildcard=True))
-    async for msg in sub.messages:
-        try:
-            seen.append(OUTCOMES.decode(msg.data))
-        except Exception:  # the synthesizer's decision is not ours
-            continue
 
 
 def _wide_plan(seconds: float) -> Rule:
@@ -47,7 +33,7 @@ async def test_steps_that_end_together_answer_in_one_message(
 ) -> None:
     seen: list[object] = []
     out = await run_team(nats_url, prefix, [_wide_plan(0.2), finish("done")],
-                         during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+                         during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
     batches = [m for m in seen if isinstance(m, StepOutcomes)]
     assert batches, f"every outcome came alone: {[type(m).__name__ for m in seen]}"
     assert max(len(b.outcomes) for b in batches) > 1
@@ -68,7 +54,7 @@ async def test_outcome_batch_1_sends_every_outcome_alone(nats_url: str, prefix: 
     seen: list[object] = []
     out = await run_team(nats_url, prefix, [_wide_plan(0.05), finish("done")],
                          settings={"outcome_batch": 1},
-                         during=lambda bus, run_id: _watch_results(bus, run_id, seen))
+                         during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
     assert not [m for m in seen if isinstance(m, StepOutcomes)]
     assert sorted(m.step_id for m in seen if isinstance(m, StepResult)) \
         == list(range(1, WIDE + 1))
