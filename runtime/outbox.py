@@ -72,8 +72,8 @@ class Outbox:
         if not item.stored:
             raise item.error or NotStored(f"{msg_id}: its sender was stopped")
 
-    async def _send_all(self, moment: _Moment) -> list[tuple[list[_Item], Unsettled | None]]:
-        sent: list[tuple[list[_Item], Unsettled | None]] = []
+    async def _send_all(self, moment: _Moment) -> list[tuple[list[_Item], Unsettled]]:
+        sent: list[tuple[list[_Item], Unsettled]] = []
         for subject, items in moment.items.items():
             for chunk in self._chunks(items):
                 try:
@@ -83,14 +83,12 @@ class Outbox:
                         item.error = exc
         return sent
 
-    async def _settle(self, sent: list[tuple[list[_Item], Unsettled | None]]) -> None:
+    async def _settle(self, sent: list[tuple[list[_Item], Unsettled]]) -> None:
         try:
-            await self.bus.settle([u for _, u in sent if u is not None])  # one wait for all
+            await self.bus.settle([u for _, u in sent])  # one wait for all
         except Exception:  # find out which failed: each one again on its own
             pass
         for chunk, unsettled in sent:
-            if unsettled is None:
-                continue
             try:
                 await self.bus.settle([unsettled])  # at once if it is stored already
             except Exception as exc:
