@@ -205,7 +205,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                 m.usage = m.usage + spent.pop(f"step:{event.step_id}", Usage())
                 out.announced -= {key, *_usage_of(out.announced, event.step_id)}
             case UsageRecorded():
-                out.usage = event.total
+                if not early:  # the saved state's total is newer than a replayed step's
+                    out.usage = event.total
                 spent[event.source] = spent.get(event.source, Usage()) + event.usage
             case StepFinished() | CriticVerdict() | WorkFailed() | OutcomeRefused() \
                     | StepFailed():
@@ -219,6 +220,9 @@ def _step_of(event: RunEvent) -> int | None:
     """The step an event is about, if any."""
     if isinstance(event, StepPlanned):
         return event.step.id
+    if isinstance(event, UsageRecorded):  # a step's spending is told as from "step:<id>"
+        kind, _, number = event.source.partition(":")
+        return int(number) if kind == "step" and number.isdigit() else None
     step_id: int | None = getattr(event, "step_id", None)
     return step_id
 

@@ -34,10 +34,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPLAY_LIMIT = 1024
+REPLAY_LIMIT = 8192
 """Events a step may go on without a record: one planned longer ago than this gets one, so
-a takeover never replays more than this many events plus the tail."""
-REPLAYABLE = frozenset({StepState.PENDING, StepState.READY, StepState.RUNNING})
+a takeover never replays more than this many events plus the tail (a step has about four:
+a plan of 2,000 steps writes no step record until it ends)."""
+REPLAYABLE = frozenset({StepState.PENDING, StepState.READY, StepState.RUNNING,
+                        StepState.DONE})
 
 CHECKPOINT_EVERY = 64
 """Outcomes acknowledged on their events alone before the state is written again: a
@@ -132,13 +134,16 @@ class RunSaver:
         return records
 
     def _replayable(self, sid: int, meta: run_state.StepMeta) -> bool:
-        """The step's events say all there is to know of it (planned, dispatched, claimed;
-        no other attempt, nothing under review), and not from too far back."""
+        """The step's events say all there is to know of it (planned, dispatched, claimed,
+        finished with its whole output; no other attempt, never reviewed), and not from
+        too far back, while the run goes on: an ended run's state has every record."""
         run = self.run
-        return not meta.recorded and 0 < meta.planned_seq \
+        state = run.state_of(sid)
+        return run.record.status == "active" and not meta.recorded and 0 < meta.planned_seq \
             and run.events.next_seq - meta.planned_seq <= REPLAY_LIMIT \
-            and run.scheduler.attempt(sid) == 1 and run.state_of(sid) in REPLAYABLE \
-            and meta.review_output is None and not meta.feedback
+            and run.scheduler.attempt(sid) == 1 and state in REPLAYABLE \
+            and meta.review_output is None and not meta.feedback and not meta.review_sent_at \
+            and (state is not StepState.DONE or meta.output_ref is None)
 
     def _replay_after(self) -> int:
         """The stream sequence a takeover reads the events after: the latest stored, or

@@ -166,6 +166,7 @@ def header(
         next_seq=next_seq, events_seq=events_seq, usage=usage, outcome=base.outcome,
         started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
         announced=announced, fence=fence, replayed=replayed,
+        steps_done=len(scheduler.results),
     )
 
 

@@ -121,10 +121,13 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     sequence: those numbered ``next_seq`` and on (changes not in this record), and before
     them the events of the steps in ``replayed``."""
     replayed: list[int] = []
-    """Steps of the current round with no step record: planned, and perhaps dispatched and
-    claimed, but nothing more (their events say all; writing a record for each would cost
-    as much as the step). A takeover rebuilds them from their events, which ``events_seq``
-    keeps within the replay."""
+    """Steps of an active run with no step record: planned, and perhaps dispatched,
+    claimed and finished with their whole output, but nothing more (their events say all;
+    writing a record for each would cost as much as the step). A takeover rebuilds them
+    from their events, which ``events_seq`` keeps within the replay; the run's last state
+    has a record of every step."""
+    steps_done: int = 0
+    """Steps finished so far, those in ``replayed`` included (``plancast runs``)."""
     announced: list[str] = []
     """Outcomes the log already tells but whose messages this state has not applied yet
     (a takeover's replay), each as a JSON array: they are not told again."""

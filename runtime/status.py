@@ -181,7 +181,7 @@ def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
     return RunStatus(
         run_id=record.run_id, goal=record.request.goal, status=record.status,
         owner=record.owner, round=record.round,
-        steps_done=len(done & set(record.order)),
+        steps_done=max(len(done & set(record.order)), record.steps_done),
         steps_total=len(record.order),
         lease_remaining=record.lease_until - now,
         age=now - (record.started_at or record.updated_at or now),

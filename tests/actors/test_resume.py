@@ -187,6 +187,30 @@ def test_steps_without_a_record_are_rebuilt_from_their_events_before_the_save() 
     assert out.republish == {} and out.last_seq == 10 and out.skipped == []
 
 
+def test_finished_steps_without_a_record_are_rebuilt_done_with_their_output_and_usage() -> None:
+    """Step 1 finished before the save, which wrote no record of it (its events say all):
+    the replay makes it done with the output and usage its events hold, step 2, which
+    needs it, is ready with that output, and the run's usage stays the saved total (the
+    step's usage event is older than the state)."""
+    state = saved(closed=True)
+    out = fold(state, [
+        *early(StepPlanned(run_id=RUN, round=0, step=step(1)),
+               StepPlanned(run_id=RUN, round=0, step=step(2, 1)),
+               PlanFinished(run_id=RUN, round=0, steps=2),
+               StepDispatched(run_id=RUN, step_id=1, role="worker", attempt=1),
+               UsageRecorded(run_id=RUN, source="step:1", usage=Usage(calls=1),
+                             total=Usage(calls=4)),
+               StepStarted(run_id=RUN, step_id=1, attempt=1, executor="worker/a",
+                           delivery=1, heartbeat=0.5),
+               StepFinished(run_id=RUN, step_id=1, attempt=1, output="one",
+                            executor="worker/a"))], next_seq=10, replayed={1, 2})
+    s = state.scheduler
+    assert s.state(1) is StepState.DONE and s.results[1] == "one"
+    assert s.state(2) is StepState.READY and s.inputs_for(step(2, 1)) == {1: "one"}
+    assert state.meta[1].usage == Usage(calls=1) and state.meta[1].executor == "worker/a"
+    assert out.usage is None and out.republish == {}
+
+
 def test_a_step_with_a_record_newer_than_the_header_is_not_set_back() -> None:
     """A save wrote step 2's record (done) but died before its header: the header still
     lists step 2 as replayed, and its old dispatch does not start it again."""
