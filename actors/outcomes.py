@@ -44,7 +44,7 @@ from runtime.team import TEAM_KIND
 
 from . import delegation, plan_review, step_gates
 from .resume import task_id
-from .run_state import PREVIEW, RunFailure
+from .run_state import PREVIEW, RunFailure, step_source
 
 if TYPE_CHECKING:
     from .run import Run
@@ -236,7 +236,7 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
                                   "unclaimed")
         return False
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
-    await run.spent(f"step:{sid}", result.usage)
+    await run.spent(step_source(sid), result.usage)
     meta.usage = meta.usage + result.usage
     run.touch(sid)
     step = run.scheduler.step(sid)

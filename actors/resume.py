@@ -49,7 +49,7 @@ from runtime.events import identity
 from runtime.step_states import StepState
 from runtime.stored_events import readable_events
 
-from .run_state import PREVIEW, RunState, StepMeta
+from .run_state import PREVIEW, RunState, StepMeta, source_step, step_source
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                 m.task_id = task_id(state.record.run_id, event.step_id, event.attempt, fence)
                 if not early:  # an earlier one was stored before the state said so
                     out.republish[event.step_id] = m.task_id
-                spent.pop(f"step:{event.step_id}", None)
+                spent.pop(step_source(event.step_id), None)
             case StepStarted() if _current(state, event.step_id, event.attempt):
                 m = meta[event.step_id]
                 m.claimants.add(f"{event.executor}#{event.delivery}")
@@ -202,7 +202,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                 s.complete(event.step_id, event.output)
                 m = meta[event.step_id]
                 m.executor = event.executor
-                m.usage = m.usage + spent.pop(f"step:{event.step_id}", Usage())
+                m.usage = m.usage + spent.pop(step_source(event.step_id), Usage())
                 out.announced -= {key, *_usage_of(out.announced, event.step_id)}
             case UsageRecorded():
                 if not early:  # the saved state's total is newer than a replayed step's
@@ -220,9 +220,8 @@ def _step_of(event: RunEvent) -> int | None:
     """The step an event is about, if any."""
     if isinstance(event, StepPlanned):
         return event.step.id
-    if isinstance(event, UsageRecorded):  # a step's spending is told as from "step:<id>"
-        kind, _, number = event.source.partition(":")
-        return int(number) if kind == "step" and number.isdigit() else None
+    if isinstance(event, UsageRecorded):
+        return source_step(event.source)
     step_id: int | None = getattr(event, "step_id", None)
     return step_id
 
@@ -230,7 +229,7 @@ def _step_of(event: RunEvent) -> int | None:
 def _usage_of(announced: set[Hashable], step_id: int) -> list[Hashable]:
     """The announced usage of a step (its result will not be re-derived any more)."""
     return [k for k in announced
-            if isinstance(k, tuple) and k[:2] == ("usage", f"step:{step_id}")]
+            if isinstance(k, tuple) and k[:2] == ("usage", step_source(step_id))]
 
 
 def task_id(run_id: str, step_id: int, attempt: int, fence: int) -> str:

@@ -137,6 +137,17 @@ async def restore(
     return RunState(record, scheduler, meta)
 
 
+def step_source(step_id: int) -> str:
+    """What a step's spending is told as coming from (``usage.recorded``'s ``source``)."""
+    return f"step:{step_id}"
+
+
+def source_step(source: str) -> int | None:
+    """The step a ``usage.recorded`` source names, if it names one."""
+    kind, _, number = source.partition(":")
+    return int(number) if kind == "step" and number.isdigit() else None
+
+
 def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
     state = scheduler.state(step.id)
     done = state is StepState.DONE
