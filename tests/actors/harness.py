@@ -191,7 +191,8 @@ async def run_team(
     serve: list[str] | None = None, model: dict[str, Any] | None = None,
     presets: dict[str, dict[str, Any]] | None = None, rejects: Sequence[Rejection] = (),
     stream_usage: bool = True,
-    during: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
+    during: Callable[[Bus, str], Awaitable[None]] | None = None,
+    after: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
@@ -199,8 +200,9 @@ async def run_team(
     (all by default), ``model`` extends the scripted model's preset (``structured`` ...)
     and ``presets`` adds presets of the same server,
     ``rejects`` are constraints the model server refuses, ``stream_usage=False`` plays a
-    model server that sends no usage in streams, and ``during(bus, run_id)`` runs beside the
-    run (e.g. to meddle).
+    model server that sends no usage in streams, ``during(bus, run_id)`` runs beside the
+    run (e.g. to meddle) and ``after(bus, run_id)`` once it has ended, before the
+    deployment stops (e.g. to wait for its last state), within the same deadline.
     """
     scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
     async with open_scripted_model_server(scenario) as server:
@@ -216,6 +218,8 @@ async def run_team(
             with anyio.fail_after(RUN_TIMEOUT):
                 events = [event async for event in follow(bus, accepted.run_id)]
                 replay = [event async for event in follow(bus, accepted.run_id)]
+                if after is not None:
+                    await after(bus, accepted.run_id)
             tg.cancel_scope.cancel()
         requests = list(server.requests)
     check_sequence(events)

@@ -24,8 +24,6 @@ from protocols import (
 )
 from runtime.bus import Bus
 from runtime.client import follow
-from runtime.connection import open_bus
-from runtime.settings import Settings
 from runtime.testing import Rule
 from runtime.tools import FunctionTool, builtin_tools
 
@@ -100,16 +98,28 @@ async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix
     """Planned, dispatched, claimed and finished with its whole output, a step's events
     say all: the state writes its record once, when the run ends (a wide plan wrote two
     per step, then one per step as it finished), and the run's last state has them all."""
+    histories: dict[int, list[bytes]] = {}
+
+    async def last_state(bus: Bus, run_id: str) -> None:
+        kv = await bus.js.key_value(runs_bucket(prefix))
+        watcher = await kv.watch(run_key(run_id))  # the last save comes after run.finished
+        try:
+            async for entry in watcher:
+                if entry is not None and entry.value and \
+                        decode(entry.value, RunRecord).status == "finished":
+                    break
+        finally:
+            await watcher.stop()
+        header = decode((await kv.get(run_key(run_id))).value or b"", RunRecord)
+        assert header.replayed == [] and header.steps_done == 40
+        for sid in range(1, 41):
+            histories[sid] = [e.value or b"" for e in await kv.history(step_key(run_id, sid))]
+
     lines = [plan_line(i, tool="echo", args={"text": f"{i}"}) for i in range(1, 41)]
     out = await run_team(nats_url, prefix, [Rule(role="planner", lines=lines),
-                                            finish("done")])
+                                            finish("done")], after=last_state)
     assert out.answer == "done"
-    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
-        kv = await bus.js.key_value(runs_bucket(prefix))
-        header = decode((await kv.get(run_key(out.run_id))).value or b"", RunRecord)
-        assert header.status == "finished" and header.replayed == []
-        assert header.steps_done == 40
-        for sid in range(1, 41):  # one record per step, written once
-            history = await kv.history(step_key(out.run_id, sid))
-            assert len(history) == 1, f"step {sid} was written {len(history)} times"
-            assert decode(history[0].value or b"", StepRecord).output == f"{sid}"
+    for sid, history in histories.items():  # one record per step, written once
+        assert len(history) == 1, f"step {sid} was written {len(history)} times"
+        assert decode(history[0], StepRecord).output == f"{sid}"
+    assert sorted(histories) == list(range(1, 41))
