@@ -61,7 +61,8 @@ class RunSaver:
         """Outcomes acknowledged on their events alone since the last write."""
         self.unrecorded: dict[int, int] = {}
         """Steps with no record (their events say all), each with its planned event's
-        number: the replay of a takeover must start before the oldest."""
+        number, oldest first: the replay of a takeover must start before the oldest."""
+        self._removals = run.scheduler.removals
         self.events_seq = run.record.events_seq
         """Where the last written state said a takeover's replay starts."""
         self._saved = self._version = 0
@@ -119,19 +120,39 @@ class RunSaver:
 
     def _records(self, touched: set[int]) -> list[StepRecord]:
         """The records to write: of the steps touched, and of those without one that now
-        need one; the others stay without (``unrecorded``)."""
-        run, records = self.run, []
-        for sid in touched | self.unrecorded.keys():
+        need one; the others stay without (``unrecorded``).
+
+        Whether a step needs a record changes when it is touched, and for all of them when
+        steps leave the plan, the run ends or the oldest passes ``REPLAY_LIMIT``: only
+        then are the steps without one looked at again, so a save costs what changed."""
+        run, records, fresh = self.run, [], []
+        rescan = self._rescan()
+        for sid in touched | self.unrecorded.keys() if rescan else touched:
             step = self._step_or_none(sid)
             meta = run.meta.get(sid)
-            if step is None or meta is None:
-                self.unrecorded.pop(sid, None)
-            elif self._replayable(sid, meta):
-                self.unrecorded[sid] = meta.planned_seq
+            if step is not None and meta is not None and self._replayable(sid, meta):
+                if self.unrecorded.get(sid) != meta.planned_seq:
+                    fresh.append((meta.planned_seq, sid))
             else:
                 self.unrecorded.pop(sid, None)
-                records.append(run_state.step_record(run.scheduler, meta, step))
+                if step is not None and meta is not None:
+                    records.append(run_state.step_record(run.scheduler, meta, step))
+        if fresh:  # appended oldest first, sorted again only if one is older than the last
+            fresh.sort()
+            for _, sid in fresh:
+                self.unrecorded.pop(sid, None)
+            newest = next(reversed(self.unrecorded.values()), 0)
+            self.unrecorded.update((sid, seq) for seq, sid in fresh)
+            if fresh[0][0] < newest:
+                self.unrecorded = dict(sorted(self.unrecorded.items(), key=lambda i: i[1]))
         return records
+
+    def _rescan(self) -> bool:
+        """Whether every step without a record must be looked at again (``_records``)."""
+        run, oldest = self.run, next(iter(self.unrecorded.values()), None)
+        removals, self._removals = self._removals, run.scheduler.removals
+        return run.record.status != "active" or removals != run.scheduler.removals or (
+            oldest is not None and run.events.next_seq - oldest > REPLAY_LIMIT)
 
     def _replayable(self, sid: int, meta: run_state.StepMeta) -> bool:
         """The step's events say all there is to know of it (planned, dispatched, claimed,
@@ -153,7 +174,7 @@ class RunSaver:
         if not self.unrecorded:
             events.stored_at.clear()
             return events.stored_seq
-        after = events.replay_after(min(self.unrecorded.values()))
+        after = events.replay_after(next(iter(self.unrecorded.values())))
         return min(self.events_seq, events.stored_seq) if after is None else after
 
     async def _settle_sent(self) -> None:

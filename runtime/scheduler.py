@@ -56,6 +56,8 @@ class Scheduler:
         self._attempts = dict.fromkeys(self._results, 1)
         self._failures: dict[int, str] = {}
         self._dropped: set[int] = set()  # ids of earlier rounds' unfinished steps
+        self.removals = 0
+        """How many times steps have left the plan (a replan, a discarded plan)."""
 
     @classmethod
     def restore(
@@ -150,6 +152,7 @@ class Scheduler:
 
         Dropped ids stay taken, so a late result for one of them is refused.
         """
+        self.removals += 1
         for sid, state in list(self._state.items()):
             if state is not StepState.DONE:
                 self._dropped.add(sid)
@@ -169,6 +172,7 @@ class Scheduler:
         """
         gone = [sid for sid, state in self._state.items()
                 if state in (StepState.PENDING, StepState.READY)]
+        self.removals += 1
         for sid in gone:
             del self._state[sid], self._steps[sid], self._deps[sid], self._attempts[sid]
             self._new_in_round -= 1

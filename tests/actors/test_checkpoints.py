@@ -11,8 +11,11 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
+from actors import run_save
 from protocols import (
+    ReplanStarted,
     RunRecord,
+    StepPlanned,
     StepRecord,
     StepStarted,
     Stream,
@@ -123,3 +126,65 @@ async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix
         assert len(history) == 1, f"step {sid} was written {len(history)} times"
         assert decode(history[0], StepRecord).output == f"{sid}"
     assert sorted(histories) == list(range(1, 41))
+
+
+def header_watch(prefix: str, headers: list[RunRecord]) -> Any:
+    """``during``: every header the run writes (a save), until one says the run ended."""
+    async def watch(bus: Bus, run_id: str) -> None:
+        kv = await bus.js.key_value(runs_bucket(prefix))
+        watcher = await kv.watch(run_key(run_id))
+        try:
+            async for entry in watcher:
+                if entry is not None and entry.value:
+                    headers.append(decode(entry.value, RunRecord))
+                    if headers[-1].status != "active":
+                        return
+        finally:
+            await watcher.stop()
+    return watch
+
+
+async def test_a_step_planned_longer_ago_than_the_replay_limit_gets_its_record(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save looks at the steps that changed, and at the oldest without a record: one
+    planned more than ``REPLAY_LIMIT`` events ago gets its record while the run goes on."""
+    monkeypatch.setattr(run_save, "REPLAY_LIMIT", 12)
+    monkeypatch.setattr(run_save, "CHECKPOINT_EVERY", 2)
+    headers: list[RunRecord] = []
+    lines = [plan_line(i, tool="echo", args={"text": f"{i}"},
+                       depends_on=[i - 1] if i > 1 else []) for i in range(1, 31)]
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=lines),
+                                            finish("done")],
+                         during=header_watch(prefix, headers))
+    assert out.answer == "done"
+    planned = {e.step.id: e.seq for e in out.of(StepPlanned)}
+    active = [h for h in headers if h.status == "active" and h.order]
+    assert active and headers[-1].status == "finished"
+    for header in active:  # no header leaves a takeover more than the limit to replay
+        assert all(header.next_seq - planned[sid] <= 12 for sid in header.replayed), header
+        assert set(header.replayed) <= set(header.order)
+    assert any(1 in h.order and 1 not in h.replayed for h in active)
+
+
+async def test_steps_dropped_by_a_replan_leave_the_steps_to_replay(
+    nats_url: str, prefix: str
+) -> None:
+    """A pending step has no record (its events say all); a replan drops it, and the next
+    header no longer sends a takeover to its events."""
+    headers: list[RunRecord] = []
+    rules = [
+        Rule(role="planner", contains="A new plan is needed because",
+             lines=[plan_line(3, tool="echo", args={"text": "round 1"})]),
+        Rule(role="planner", lines=[plan_line(1, tool="math", args={"expression": "1 / 0"}),
+                                    plan_line(2, tool="echo", args={"text": "$1"})]),
+        finish("done"),
+    ]
+    out = await run_team(nats_url, prefix, rules, step_attempts=1,
+                         during=header_watch(prefix, headers))
+    assert out.answer == "done" and out.first(ReplanStarted).round == 1
+    assert any(h.round == 0 and 2 in h.replayed for h in headers)
+    later = [h for h in headers if h.round == 1]
+    assert later and headers[-1].status == "finished"
+    for header in later:
+        assert 2 not in header.replayed and set(header.replayed) <= set(header.order)
