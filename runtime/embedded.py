@@ -12,6 +12,7 @@ import ctypes
 import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -71,10 +72,27 @@ def free_port(host: str = "127.0.0.1") -> int:
 
     Only for cluster route ports, which every peer must know before any server starts;
     client and monitoring ports use ``-1`` and the ports file instead, which has no race.
+    Where the kernel says which ports it hands out for ``-1``, one below them: a port
+    picked there and released could be handed to the server's own monitor before its
+    routes listen (seen: "Error listening on router port ... address already in use").
     """
+    low = _ephemeral_low()
+    for _ in range(100 if low > 2048 else 0):
+        port = random.randrange(max(1024, low // 2), low)
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind((host, port))
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out for a bind to port 0 (0: not known here)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _die_with_parent() -> Callable[[], None] | None:
