@@ -148,7 +148,8 @@ class RunSaver:
         return records
 
     def _rescan(self) -> bool:
-        """Whether every step without a record must be looked at again (``_records``)."""
+        """Whether every step without a record must be looked at again (``_records``);
+        notes the plan's removals seen, so the next save asks about newer ones only."""
         run, oldest = self.run, next(iter(self.unrecorded.values()), None)
         removals, self._removals = self._removals, run.scheduler.removals
         return run.record.status != "active" or removals != run.scheduler.removals or (

@@ -4,6 +4,7 @@ events since (``resume.fold``, tested in ``test_resume``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -102,19 +103,13 @@ async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix
     say all: the state writes its record once, when the run ends (a wide plan wrote two
     per step, then one per step as it finished), and the run's last state has them all."""
     histories: dict[int, list[bytes]] = {}
+    headers: list[RunRecord] = []
 
     async def last_state(bus: Bus, run_id: str) -> None:
+        await header_watch(prefix, headers)(bus, run_id)  # the last save follows run.finished
+        assert headers[-1].status == "finished"
+        assert headers[-1].replayed == [] and headers[-1].steps_done == 40
         kv = await bus.js.key_value(runs_bucket(prefix))
-        watcher = await kv.watch(run_key(run_id))  # the last save comes after run.finished
-        try:
-            async for entry in watcher:
-                if entry is not None and entry.value and \
-                        decode(entry.value, RunRecord).status == "finished":
-                    break
-        finally:
-            await watcher.stop()
-        header = decode((await kv.get(run_key(run_id))).value or b"", RunRecord)
-        assert header.replayed == [] and header.steps_done == 40
         for sid in range(1, 41):
             histories[sid] = [e.value or b"" for e in await kv.history(step_key(run_id, sid))]
 
@@ -128,7 +123,7 @@ async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix
     assert sorted(histories) == list(range(1, 41))
 
 
-def header_watch(prefix: str, headers: list[RunRecord]) -> Any:
+def header_watch(prefix: str, headers: list[RunRecord]) -> Callable[[Bus, str], Awaitable[None]]:
     """``during``: every header the run writes (a save), until one says the run ended."""
     async def watch(bus: Bus, run_id: str) -> None:
         kv = await bus.js.key_value(runs_bucket(prefix))

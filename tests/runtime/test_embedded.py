@@ -229,8 +229,6 @@ def test_a_store_held_by_one_embedded_server_is_found_and_never_shared(tmp_path:
     assert running(store) is None and not url_file.exists()
 
 
-@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(),
-                    reason="the kernel does not say which ports it hands out (not Linux)")
 def test_route_ports_are_never_ones_the_kernel_hands_out_for_port_zero() -> None:
     """A route port picked and released must not go to a server's own monitor (``-1``)
     before its routes listen: it is picked below the kernel's ephemeral range."""
