@@ -8,11 +8,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from actors import run_save
+from actors import run_plan, run_save
+from actors.run_state import LostRun
 from protocols import (
     ReplanStarted,
     RunRecord,
@@ -190,3 +192,52 @@ async def test_steps_dropped_by_a_replan_leave_the_steps_to_replay(
     assert later and headers[-1].status == "finished"
     for header in later:
         assert 2 not in header.replayed and set(header.replayed) <= set(header.order)
+
+
+class _SlowSaves:
+    """A run whose saves wait for the test (or fail): what ``SaveBehind`` sees of a run."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.started = 0
+        self.release = anyio.Event()
+        self.error = error
+
+    async def save(self) -> None:
+        self.started += 1
+        await self.release.wait()
+        if self.error is not None:
+            raise self.error
+
+
+async def test_a_streaming_plan_does_not_wait_for_its_saves() -> None:
+    run = _SlowSaves()
+    async with anyio.create_task_group() as group:
+        saves = run_plan.SaveBehind(run, group)
+        saves.want()
+        with anyio.fail_after(5):
+            while not run.started:
+                await anyio.lowlevel.checkpoint()
+        for _ in range(5):  # lines keep coming while the save waits: one more is due
+            saves.want()
+        assert (run.started, saves.running, saves.again) == (1, True, True)
+        run.release.set()
+    assert run.started == 2, "the lines accepted during the save got one save of their own"
+    assert not saves.running and saves.error is None
+
+
+async def test_a_save_that_fails_while_a_plan_streams_stops_the_plan_with_its_error() -> None:
+    run = _SlowSaves(LostRun("run run-x was taken over by planner/other"))
+    reading_stopped = False
+    async with anyio.create_task_group() as group:
+        saves = run_plan.SaveBehind(run, group)
+        saves.want()
+        run.release.set()
+        try:
+            await anyio.sleep_forever()  # the plan's next line, which never comes
+        except anyio.get_cancelled_exc_class():
+            reading_stopped = True
+            raise
+    assert reading_stopped
+    assert isinstance(saves.error, LostRun)
+    with pytest.raises(LostRun, match="taken over"):
+        saves.want()
