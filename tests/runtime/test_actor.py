@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -231,6 +232,33 @@ async def test_a_worker_holds_no_more_work_than_its_concurrency(
         await actor.working.wait()
         info = await bus.js.consumer_info(stream_name(prefix, Stream.WORK), "step-echo")
         assert info.num_ack_pending == 1 and info.num_pending == 2
+        actor.drain()
+
+
+async def test_a_worker_asks_for_as_many_tasks_as_it_has_room_for_in_one_request(
+    nats_url: str, prefix: str
+) -> None:
+    """A wide layer is one pull request (up to ``PULL_CAP``), not one per 64 tasks: each
+    next request goes out once every task of the last has its handler started, a round
+    trip per 64 tasks (a 1,000-wide plan's last steps started ~30 ms after they were sent)."""
+    settings = Settings(nats_url=nats_url, prefix=prefix)
+    asked: list[int] = []
+
+    async def request(msg: Any) -> None:
+        asked.append(json.loads(msg.data)["batch"])
+
+    async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+        await bus.nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream_name(prefix, Stream.WORK)}"
+                               ".step-echo", cb=request)
+        results = Watch(StepResult, bus)
+        await bus.nc.subscribe(subject(prefix, Verb.RESULT, "*", wildcard=True), cb=results.cb)
+        actor = EchoActor(bus, concurrency=200)
+        await tg.start(actor.serve)
+        for i in range(150):
+            await bus.publish_durable(bus.subject(Verb.STEP, "echo"), task("wide", step_id=i + 1))
+        done = await results.wait_for(150)
+        assert sorted(r.step_id for r in done) == list(range(1, 151))
+        assert asked[0] == 200, f"the first pull asked for {asked[0]} of 200 free slots"
         actor.drain()
 
 
