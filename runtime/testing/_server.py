@@ -44,6 +44,8 @@ FINGERPRINT = "plancast-scripted"
 """``system_fingerprint`` of every completion: the answer came from a script, not a model."""
 
 _encoder = msgspec.json.Encoder()
+PIECES_PER_WRITE = 64
+"""Most streamed pieces, ready at the same moment, that go out in one write."""
 _log = logging.getLogger(__name__)
 _WORD = re.compile(r"\S+\s*|\s+")
 _ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
@@ -288,15 +290,18 @@ class ScriptedModelServer:
         def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             return b"data: " + _encoder.encode({**envelope, "choices": choices, **extra}) + b"\n\n"
 
-        # Pieces with no delay between them are ready together and go out in one write: a
-        # piece, a write and a loop turn each made an instant 1,000-line plan cost this
-        # process more CPU than the planner reading it, on the same cores.
+        # Pieces with no delay between them are ready together and go out a few dozen to a
+        # write (the first at once): a piece, a write and a loop turn each made an instant
+        # 1,000-line plan cost this process more CPU than the planner reading it, on the
+        # same cores.
         ready: list[bytes] = []
         for delay, delta in zip(record.delays, deltas, strict=True):
             if delay > 0:
                 await self._flush(sender, record, ready)
                 await anyio.sleep(delay)
             ready.append(event([{"index": 0, "delta": delta, "finish_reason": None}]))
+            if len(ready) >= PIECES_PER_WRITE or not record.sent_at:
+                await self._flush(sender, record, ready)
         await self._flush(sender, record, ready)
         done = {"index": 0, "delta": {}, "finish_reason": _finish_reason(rule)}
         tail = [event([done])]
