@@ -146,10 +146,10 @@ async def _given_plan(run: Run, steps: list[Step]) -> None:
 
 
 class SaveBehind:
-    """The run's state saved while a plan streams, without holding up the next line: the
-    save waits for the tasks sent so far to be stored, and the plan went on waiting with
-    it (a third of a 1,000-line plan's time). At most one save runs and one waits; a save
-    that fails stops the plan with its error, as if it had been made in line."""
+    """The run's state saved while a plan streams, without holding up the next line. A
+    save first waits for every task sent so far to be stored: made in line, it held the
+    plan for a third of a 1,000-line plan's time. At most one save runs and one waits; a
+    save that fails stops the plan with its error, as if it had been made in line."""
 
     def __init__(self, run: Run, group: anyio.abc.TaskGroup) -> None:
         self.run, self.group = run, group

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 PULL_CAP = 256
 """Most tasks one pull request of one source asks for. With 64, a 1,000-wide layer waited a
 round trip per 64 tasks (the next request goes out once every task of the last has its
-handler started): its last steps started ~30 ms after they were sent. With no cap (up to
+handler started): its last steps started 30 to 50 ms after they were sent. With no cap (up to
 1,024 free slots), a burst of quick steps started a handler task per step where fewer,
 reused ones did (25 % more executor CPU)."""
 
