@@ -244,12 +244,12 @@ def _serve(settings: Settings, team: Path | None, roles: list[str] | None,
             err_console.print("no --nats and no local deployment (plancast up): starting a "
                               "private server that only this process uses", markup=False,
                               highlight=False, soft_wrap=True)
-        async with open_bus(settings) as bus:
+        async with open_bus(settings) as bus, anyio.create_task_group() as tg:
             actors = build_team_actors(bus, team_config, tools, roles)
+            await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
             logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,
                                                bus.server_url, bus.prefix)
-            await serve_actors(actors)
         return 0
 
     _run_async(main, verbose=verbose)

@@ -54,12 +54,13 @@ async def _serve(actors: Sequence[Actor], settings: Settings, stop: anyio.Event,
         period=settings.restart_period,
     )
     async with anyio.create_task_group() as tg:
-        tg.start_soon(supervisor.run)
-        for actor in actors:
-            await actor.serving.wait()
         async with anyio.create_task_group() as watcher:
             if handle_signals:
-                watcher.start_soon(_signal_watch, stop)
+                # Before any actor starts: a SIGTERM while they still start (a worker that
+                # waits for its streams) drains them, it does not kill the process.
+                await watcher.start(_signal_watch, stop)
+            tg.start_soon(supervisor.run)
+            await _started(actors, stop)
             task_status.started()
             await stop.wait()
             watcher.cancel_scope.cancel()
@@ -72,8 +73,27 @@ async def _serve(actors: Sequence[Actor], settings: Settings, stop: anyio.Event,
         ) + 5.0
 
 
-async def _signal_watch(stop: anyio.Event) -> None:
+async def _started(actors: Sequence[Actor], stop: anyio.Event) -> None:
+    """Returns once every actor serves, or once it is asked to stop before they all do."""
+    async with anyio.create_task_group() as tg:
+        async def serving() -> None:
+            for actor in actors:
+                await actor.serving.wait()
+            tg.cancel_scope.cancel()
+
+        async def stopped() -> None:
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(serving)
+        tg.start_soon(stopped)
+
+
+async def _signal_watch(stop: anyio.Event, *,
+                        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                        ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("received %s", signal.Signals(signum).name)
             stop.set()
