@@ -159,6 +159,13 @@ class Bus:
         payload, hdrs = await self._prepare(message, msg_id, headers)
         return await self._store(subj, payload, hdrs, retry=msg_id is not None)
 
+    def write_now(self) -> None:
+        """Send what was published in this event-loop turn now, not when the turn ends
+        (plancast's client; another client sends it when the loop is free, as always)."""
+        write = getattr(self.nc, "write_now", None)
+        if write is not None:
+            write()
+
     async def publish_soon(self, subj: str, message: Message, *, msg_id: str,
                            headers: dict[str, str] | None = None) -> Unsettled:
         """Send to JetStream now, wait for the acknowledgement later (``settle``).

@@ -61,6 +61,15 @@ class PlancastClient(NatsClient):
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
+    def write_now(self) -> None:
+        """Write what is pending at once, not when the event-loop turn ends: for a message
+        that must not wait behind the rest of a long turn (nothing is written while
+        disconnected: the flusher sends it after the reconnect, as before)."""
+        if self._pending_data_size and self._transport is not None and self.is_connected:
+            self._transport.writelines(self._pending)
+            self._pending = []
+            self._pending_data_size = 0
+
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                            headers: bytes) -> None:
         handler = self._direct.get(sid)

@@ -1,0 +1,84 @@
+"""When the tasks a streaming plan dispatches reach the server.
+
+A plan's lines that come in one read are handled one after the other in one event-loop
+turn, and what the planner publishes is written when the turn ends. The round's first
+task must not wait for the rest: an observer with its own thread, connection and event
+loop (so the planner's busy loop cannot hold it up) sees it arrive before the planner
+has planned the read's last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+import nats
+import pytest
+
+from protocols import StepPlanned
+from runtime.testing import Rule
+
+from .harness import echo, finish, run_team
+
+pytestmark = pytest.mark.anyio
+
+LINES = 1000
+"""Planning the lines after the first takes about 20 ms here: far more than the observer
+needs to see a message."""
+
+
+class Observer(threading.Thread):
+    """Notes when the first message on ``subject`` reaches a connection of its own."""
+
+    def __init__(self, url: str, subject: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.subject = url, subject
+        self.first = 0.0
+        self.ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Event | None = None
+
+    def run(self) -> None:
+        asyncio.run(self._watch())
+
+    def stop(self) -> None:
+        if self._loop is not None and self._done is not None:
+            self._loop.call_soon_threadsafe(self._done.set)
+        self.join(10)
+
+    async def _watch(self) -> None:
+        self._loop, self._done = asyncio.get_running_loop(), asyncio.Event()
+        nc = await nats.connect(self.url)
+
+        async def seen(msg: object) -> None:
+            self.first = self.first or time.time()
+        await nc.subscribe(self.subject, cb=seen)
+        await nc.flush()
+        self.ready.set()
+        await self._done.wait()
+        await nc.close()
+
+
+async def test_the_first_task_of_a_plan_read_at_once_is_sent_before_the_rest_is_planned(
+    nats_url: str, prefix: str,
+) -> None:
+    plan = "\n".join([echo(1, "first"), *(echo(i, "$1") for i in range(2, LINES + 1))])
+    observer = Observer(nats_url, f"{prefix}.step.>")
+    observer.start()
+    assert observer.ready.wait(10), "the observer could not subscribe"
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # the observer's thread runs while the planner is busy
+    try:
+        out = await run_team(nats_url, prefix, [Rule(role="planner", lines=[plan]),
+                                                finish("done")],
+                             request={"max_steps": LINES})
+    finally:
+        sys.setswitchinterval(switch)
+        observer.stop()
+    assert out.answer == "done"
+    last_planned = out.first(StepPlanned, lambda e: e.step.id == LINES).ts
+    assert 0 < observer.first < last_planned, (
+        f"step 1's task reached the server {observer.first - last_planned:+.4f}s after the "
+        f"plan's line {LINES} was planned")
