@@ -196,7 +196,6 @@ class Run:
         """Ask the synthesizer to join; its decision, or None if a replan came first."""
         self.decision = None
         self.synthesis_round, self.synthesis_since = self.scheduler.round, time.time()
-        await self.save()
         plan = Plan(steps=self.scheduler.steps, round=self.scheduler.round)
         # What an on_failure "continue" left out is told too.
         failures = self.scheduler.failures | dict.fromkeys(
@@ -204,10 +203,14 @@ class Run:
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=failures,
                              replans_left=replans_left, nonce=nonce())
-        await self.bus.publish_durable(delegation.synthesis_subject(self), task,
-                                       msg_id=f"{self.run_id}/synthesis/{plan.round}"
-                                              f"/f{self.fence}",
-                                       headers=telemetry.task_headers(self.run_id))
+        # Saved while the synthesizer starts on it (the save was a millisecond of the run's
+        # tail); a planner taking the run over before the save asks again.
+        sent = await self.bus.publish_soon(
+            delegation.synthesis_subject(self), task,
+            msg_id=f"{self.run_id}/synthesis/{plan.round}/f{self.fence}",
+            headers=telemetry.task_headers(self.run_id))
+        await self.save()
+        await self.bus.settle([sent])
         await self._until(lambda: self.decision is not None)
         self.synthesis_since = 0.0
         return self.decision
