@@ -18,16 +18,12 @@ from urllib.parse import urlsplit
 
 import msgspec
 import openai
-from openai.types.chat import (
-    ChatCompletionMessageFunctionToolCall,
-    ChatCompletionMessageParam,
-    ChatCompletionToolUnionParam,
-)
-from openai.types.chat.completion_create_params import ResponseFormat
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols import Usage
 
+from .chat_answer import decode_answer, request_body
 from .chat_stream import ChatChunkStream
 from .errors import ModelConfigError, ModelError
 from .line_stream import LineStream, split_lines
@@ -210,28 +206,27 @@ class ModelClient:
         """One model call, answered in full; ``tools`` and ``response_format`` as in the API,
         ``constraint`` in the dialect of the preset's server."""
         s = self.settings
+        body = request_body(s.model, messages, tools=tools, response_format=response_format,
+                            temperature=s.temperature, max_tokens=self.max_tokens,
+                            extra=_body(s, constraint))
         try:
-            response = await self._client.chat.completions.create(
-                model=s.model,
-                messages=_messages(messages),
-                tools=cast(Iterable[ChatCompletionToolUnionParam], tools) if tools else openai.omit,
-                response_format=cast(ResponseFormat, response_format)
-                if response_format
-                else openai.omit,
-                temperature=_opt(s.temperature),
-                max_tokens=_opt(self.max_tokens),
-                extra_body=_body(s, constraint),
-                stream=False,
-            )
+            raw = await self._client.post("/chat/completions", cast_to=bytes, body=body)
         except openai.OpenAIError as exc:
             raise model_error(exc, s, constraint) from exc
+        where = f"model {s.model!r} at {s.effective_base_url()}"
+        try:
+            response = decode_answer(raw)
+        except msgspec.DecodeError as exc:
+            raise ModelError(f"{where} answered with something that is not a chat completion "
+                             f"({exc}): {raw[:120]!r}; check that base_url points at an "
+                             "OpenAI-compatible server") from exc
         if not response.choices:
-            raise ModelError(f"model {s.model!r} at {s.effective_base_url()} returned no choices")
+            raise ModelError(f"{where} returned no choices")
         choice = response.choices[0]
         calls = [
             ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
             for call in choice.message.tool_calls or []
-            if isinstance(call, ChatCompletionMessageFunctionToolCall)
+            if call.type == "function" and call.function is not None
         ]
         text = choice.message.content or ""
         usage = self._record(response.usage, messages, text + _calls_text(calls), tools)
@@ -240,7 +235,7 @@ class ModelClient:
             tool_calls=calls,
             usage=usage,
             model=response.model,
-            finish_reason=choice.finish_reason,
+            finish_reason=choice.finish_reason or "",
         )
 
     def stream_lines(self, messages: Sequence[ChatMessage], *,
