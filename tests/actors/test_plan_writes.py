@@ -1,10 +1,10 @@
-"""When the tasks a streaming plan dispatches reach the server.
+"""When the tasks a plan dispatches reach the server.
 
-A plan's lines that come in one read are handled one after the other in one event-loop
-turn, and what the planner publishes is written when the turn ends. The round's first
-task must not wait for the rest: an observer with its own thread, connection and event
-loop (so the planner's busy loop cannot hold it up) sees it arrive before the planner
-has planned the read's last line.
+A plan's lines that come in one read (or a given plan's steps) are handled one after the
+other in one event-loop turn, and what the planner publishes is written when the turn
+ends. The round's first task must not wait for the rest: an observer with its own
+thread, connection and event loop (so the planner's busy loop cannot hold it up) sees it
+arrive before the planner has planned the last step.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import sys
 import threading
 import time
 
+import msgspec
 import nats
 import pytest
 
-from protocols import StepPlanned
+from protocols import Step, StepPlanned
 from runtime.testing import Rule
 
 from .harness import echo, finish, run_team
@@ -61,19 +62,24 @@ class Observer(threading.Thread):
         await nc.close()
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["streamed", "given"])
 async def test_the_first_task_of_a_plan_read_at_once_is_sent_before_the_rest_is_planned(
-    nats_url: str, prefix: str,
+    nats_url: str, prefix: str, given: bool,
 ) -> None:
-    plan = "\n".join([echo(1, "first"), *(echo(i, "$1") for i in range(2, LINES + 1))])
+    lines = [echo(1, "first"), *(echo(i, "$1") for i in range(2, LINES + 1))]
+    request: dict[str, object] = {"max_steps": LINES}
+    rules = [finish("done")]
+    if given:  # a saved plan: no model call, every step accepted in one go
+        request["plan"] = [msgspec.json.decode(line, type=Step) for line in lines]
+    else:
+        rules.insert(0, Rule(role="planner", lines=["\n".join(lines)]))
     observer = Observer(nats_url, f"{prefix}.step.>")
     observer.start()
     assert observer.ready.wait(10), "the observer could not subscribe"
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)  # the observer's thread runs while the planner is busy
     try:
-        out = await run_team(nats_url, prefix, [Rule(role="planner", lines=[plan]),
-                                                finish("done")],
-                             request={"max_steps": LINES})
+        out = await run_team(nats_url, prefix, rules, request=request)
     finally:
         sys.setswitchinterval(switch)
         observer.stop()

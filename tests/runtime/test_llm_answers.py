@@ -13,13 +13,12 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from runtime.errors import ModelError
 from runtime.llm import ModelClient, ModelSettings
 
 from .test_llm import UNSET_KEY, USER
-from .test_llm_sse import BOUND, serve_raw
+from .test_llm_sse import BOUND, read_request, serve_raw
 
 pytestmark = pytest.mark.anyio
 
@@ -33,11 +32,7 @@ class JsonServer:
 
     async def serve(self, stream: SocketStream) -> None:
         async with stream:
-            reader = BufferedByteReceiveStream(stream)
-            head = (await reader.receive_until(b"\r\n\r\n", 65536)).decode("latin-1")
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                           if line.lower().startswith("content-length:")), 0)
-            self.received.append(json.loads(await reader.receive_exactly(length)))
+            self.received.append(json.loads(await read_request(stream)))
             await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                               b"content-length: %d\r\nconnection: close\r\n\r\n%s"
                               % (len(self.body), self.body))

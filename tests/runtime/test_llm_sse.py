@@ -42,11 +42,7 @@ class RawServer:
 
     async def serve(self, stream: SocketStream) -> None:
         async with stream:
-            reader = BufferedByteReceiveStream(stream)
-            head = (await reader.receive_until(b"\r\n\r\n", 65536)).decode("latin-1")
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                           if line.lower().startswith("content-length:")), 0)
-            await reader.receive_exactly(length)
+            await read_request(stream)
             self.requests += 1
             await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                               b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
@@ -61,6 +57,15 @@ class RawServer:
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     pass
             self.gone.set()
+
+
+async def read_request(stream: SocketStream) -> bytes:
+    """The body of the request a test server reads (its head read past)."""
+    reader = BufferedByteReceiveStream(stream)
+    head = (await reader.receive_until(b"\r\n\r\n", 65536)).decode("latin-1")
+    length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
+                   if line.lower().startswith("content-length:")), 0)
+    return await reader.receive_exactly(length)
 
 
 @asynccontextmanager
