@@ -146,7 +146,8 @@ class Run:
         if self.tail.terminal is not None:  # it ended; only its state was not saved yet
             await run_save.record_end(self, self.tail.terminal)
             return
-        if self.events.next_seq == 1:
+        fresh = self.events.next_seq == 1
+        if fresh:
             await self.events.emit(delegation.run_started(self))
         elif resumed:
             await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
@@ -158,7 +159,8 @@ class Run:
             if not self.holding:  # held steps wait for their round's approval
                 await self.dispatch(self.scheduler.ready())
             self.check_round_over()
-        await self.save()
+        if not fresh or req.plan is not None:
+            await self.save()  # a fresh run's model plan saves it while the model answers
         while True:
             round_ = self.scheduler.round
             if not self.plan_closed:

@@ -188,6 +188,8 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     count = 0
     async with anyio.create_task_group() as group:
         saves = SaveBehind(run, group)
+        if run.saver.never_saved:  # a fresh run: saved while the model writes its first line
+            saves.want()
         try:
             count = await _read(run, round_, stream, accepted, saves)
         except Exception as exc:  # raised as it is, not in the group's ExceptionGroup

@@ -68,6 +68,11 @@ class RunSaver:
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
 
+    @property
+    def never_saved(self) -> bool:
+        """No state of this owner's written yet (a fresh run, until its plan's first save)."""
+        return self._saved == 0
+
     async def save_by_events(self, count: int = 1) -> None:
         """``count`` outcomes whose events tell all they changed were applied: store those
         events and the tasks they sent (a takeover replays them), and every
