@@ -14,6 +14,7 @@ from typing import Any
 
 from runtime.embedded import find_nats_server
 
+from .machine import calibrate
 from .tables import markdown
 
 
@@ -34,18 +35,19 @@ def plancast_version() -> str:
         return "unknown (not installed)"
 
 
-def machine() -> dict[str, Any]:
+def machine(*, quick: bool = False) -> dict[str, Any]:
     return {
         "cores": os.cpu_count(), "python": platform.python_version(),
         "implementation": platform.python_implementation(), "platform": platform.platform(),
-        "nats_server": nats_server_version(),
+        "nats_server": nats_server_version(), "after_idle": calibrate(5 if quick else 40),
     }
 
 
 def header(seed: int, config: dict[str, Any], command: str) -> dict[str, Any]:
     """The fields every results file starts with."""
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "plancast_version": plancast_version(), "machine": machine(), "seed": seed,
+            "plancast_version": plancast_version(),
+            "machine": machine(quick=bool(config.get("quick"))), "seed": seed,
             "command": command, "config": config}
 
 

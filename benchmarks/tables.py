@@ -61,9 +61,20 @@ def _head(r: dict[str, Any]) -> list[str]:
         f"- date: {r['date']}; plancast {r['plancast_version']}; seed {r['seed']}",
         f"- machine: {m['cores']} cores, {m['implementation']} {m['python']}, "
         f"{m['nats_server']}, {m['platform']}",
+        *_after_idle(m.get("after_idle")),
         f"- command: `{r['command']}` ({fmt(r.get('duration_s'), 0)} s)",
         "- see benchmarks/README.md for what every number means", "",
     ]
+
+
+def _after_idle(c: dict[str, float] | None) -> list[str]:
+    """The machine's figures after idle (``benchmarks/machine.py``), if measured."""
+    if not c:
+        return []
+    return [f"- right after a 50 ms sleep: a piece of Python {fmt(c['work_after_idle_us'], 0)} µs "
+            f"(back to back {fmt(c['work_hot_us'], 0)} µs), a round trip to another process "
+            f"{fmt(c['round_trip_after_idle_us'], 0)} µs (back to back "
+            f"{fmt(c['round_trip_hot_us'], 0)} µs)"]
 
 
 def _shapes(s: dict[str, Any]) -> list[str]:

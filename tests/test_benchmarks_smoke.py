@@ -27,6 +27,11 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
     assert {"date", "plancast_version", "machine", "seed", "config", "suites",
             "duration_s"} <= results.keys()
     assert {"cores", "python", "nats_server"} <= results["machine"].keys()
+    after_idle = results["machine"]["after_idle"]
+    assert set(after_idle) == {"work_hot_us", "work_after_idle_us", "round_trip_hot_us",
+                               "round_trip_after_idle_us"}
+    assert all(value > 0 for value in after_idle.values())
+    assert "right after a 50 ms sleep" in (tmp_path / "results.md").read_text()
     assert set(results["suites"]) == {"shapes", "overhead", "concurrent", "profile"}
     for row in results["suites"]["shapes"]["rows"]:
         assert {"shape", "makespan_s", "bound_s", "makespan_over_bound", "non_streaming_s",
