@@ -1,10 +1,11 @@
-"""When the tasks a plan dispatches reach the server.
+"""When a run's plan call and the tasks its plan dispatches go out.
 
 A plan's lines that come in one read (or a given plan's steps) are handled one after the
 other in one event-loop turn, and what the planner publishes is written when the turn
 ends. The round's first task must not wait for the rest: an observer with its own
 thread, connection and event loop (so the planner's busy loop cannot hold it up) sees it
-arrive before the planner has planned the last step.
+arrive before the planner has planned the last step. And a fresh run's plan call does
+not wait for its state to be saved first.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import sys
 import threading
 import time
 
+import anyio
 import msgspec
 import nats
 import pytest
 
+from actors.run_state import RunStore
 from protocols import Step, StepPlanned
-from runtime.testing import Rule
+from runtime.testing import Rule, ScriptedModelServer
 
 from .harness import echo, finish, run_team
 
@@ -88,3 +91,33 @@ async def test_the_first_task_of_a_plan_read_at_once_is_sent_before_the_rest_is_
     assert 0 < observer.first < last_planned, (
         f"step 1's task reached the server {observer.first - last_planned:+.4f}s after the "
         f"plan's line {LINES} was planned")
+
+
+async def test_a_fresh_runs_plan_call_does_not_wait_for_its_first_save(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's first state write is held until the model has the plan request (5 s at
+    most): the request must get there meanwhile. Saved first, as before, it waited out the
+    5 s and came after."""
+    asked = anyio.Event()
+    first_write: list[bool] = []
+    chat, write = ScriptedModelServer._chat, RunStore.write
+
+    async def note_chat(self: ScriptedModelServer, *args: object) -> None:
+        asked.set()
+        await chat(self, *args)  # type: ignore[arg-type]
+
+    async def held_write(self: RunStore, *args: object) -> None:
+        if not first_write:
+            first_write.append(False)
+            with anyio.move_on_after(5):
+                await asked.wait()
+            first_write[0] = asked.is_set()
+        await write(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ScriptedModelServer, "_chat", note_chat)
+    monkeypatch.setattr(RunStore, "write", held_write)
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=[echo(1, "hi")]),
+                                            finish("done")])
+    assert out.answer == "done"
+    assert first_write == [True], "the plan request waited for the run's first save"
