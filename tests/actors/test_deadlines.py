@@ -102,6 +102,23 @@ async def test_a_synthesizer_whose_model_always_fails_ends_the_run(
     assert "HTTP 500" in out.failure.reason
 
 
+async def test_a_step_past_its_timeout_is_stopped_by_its_executor_saying_why(
+    nats_url: str, prefix: str
+) -> None:
+    """The executor stops the step at its timeout and answers with the reason (the
+    planner's own clock waits longer, for that answer); the executor goes on serving."""
+    plan = [plan_line(1, tool="sleep", args={"seconds": 30}, timeout=0.5,
+                      on_failure="continue"),
+            echo(2, "after")]
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=["\n".join(plan)]),
+                                            finish("done")], step_attempts=1)
+    assert out.answer == "done"
+    failed = out.first(StepFailed, lambda e: e.step_id == 1)
+    assert "timed out: the step ran longer than its 0.5s timeout" in failed.error
+    assert not failed.will_retry
+    assert out.finished(2).output == "after"
+
+
 async def test_a_run_past_its_deadline_fails_and_its_queued_work_is_dropped(
     nats_url: str, prefix: str
 ) -> None:
