@@ -1,4 +1,4 @@
-"""A whole (not streamed) chat completion: its request body as sent, its answer read with
+"""A chat completion's request body as sent, and a whole (not streamed) answer read with
 msgspec.
 
 The openai client still sends the request (``client.post``: base URL, key, headers,
@@ -63,10 +63,14 @@ def decode_answer(body: bytes) -> Answer:
 def request_body(model: str, messages: Sequence[Mapping[str, Any]], *,
                  tools: Sequence[Mapping[str, Any]] | None,
                  response_format: Mapping[str, Any] | None, temperature: float | None,
-                 max_tokens: int | None, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The JSON body of a non-streamed request; fields left unset are not sent, and
-    ``extra`` (the preset's ``extra_body`` and a constraint's fields) is merged last."""
-    body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": False}
+                 max_tokens: int | None, extra: Mapping[str, Any] | None,
+                 stream: bool = False) -> dict[str, Any]:
+    """The JSON body of a request; fields left unset are not sent, and ``extra`` (the
+    preset's ``extra_body`` and a constraint's fields) is merged last. A streamed one
+    asks for the usage in its last chunk."""
+    body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     if tools:
         body["tools"] = list(tools)
     if response_format:

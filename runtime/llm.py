@@ -11,14 +11,13 @@ read by :mod:`runtime.chat_stream`, not by the SDK's per-chunk models).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import Any, Protocol, Self
 from urllib.parse import urlsplit
 
 import msgspec
 import openai
-from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocols import Usage
@@ -49,7 +48,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "plancast-local-no-key"
 """Sent to local servers (vLLM, Ollama, the scripted model) that need no key."""
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
-_T = TypeVar("_T")
 
 
 class ModelSettings(BaseModel):
@@ -270,17 +268,13 @@ class ModelClient:
         """Send a streamed request; its body is read by :class:`ChatChunkStream`, not the
         SDK (whose per-chunk models cost the planner more CPU than the rest of a step)."""
         s = self.settings
-        request = self._client.chat.completions.with_streaming_response.create(
-            model=s.model,
-            messages=_messages(messages),
-            temperature=_opt(s.temperature),
-            max_tokens=_opt(self.max_tokens),
-            extra_body=_body(s, constraint),
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        body = request_body(s.model, messages, tools=None, response_format=None,
+                            temperature=s.temperature, max_tokens=self.max_tokens,
+                            extra=_body(s, constraint), stream=True)
         try:
-            return await ChatChunkStream.open(request)
+            return ChatChunkStream(await self._client.post(
+                "/chat/completions", cast_to=object, body=body, stream=True,
+                stream_cls=openai.AsyncStream[Any]))
         except openai.OpenAIError as exc:
             raise model_error(exc, s, constraint) from exc
 
@@ -294,10 +288,3 @@ def _body(settings: ModelSettings, constraint: Constraint | None) -> dict[str, A
     """The preset's ``extra_body`` with the constraint's fields."""
     return {**settings.extra_body, **(constraint.body if constraint else {})} or None
 
-
-def _messages(messages: Sequence[ChatMessage]) -> Iterable[ChatCompletionMessageParam]:
-    return cast(Iterable[ChatCompletionMessageParam], messages)
-
-
-def _opt(value: _T | None) -> _T | openai.Omit:
-    return openai.omit if value is None else value
