@@ -287,4 +287,3 @@ def _calls_text(calls: Sequence[ToolCall]) -> str:
 def _body(settings: ModelSettings, constraint: Constraint | None) -> dict[str, Any] | None:
     """The preset's ``extra_body`` with the constraint's fields."""
     return {**settings.extra_body, **(constraint.body if constraint else {})} or None
-
