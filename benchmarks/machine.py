@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
 
 IDLE = 0.05
 """Seconds slept before each cold sample: the benchmark's step time."""
@@ -32,7 +32,7 @@ def _work() -> None:
         json.loads(_DOC)
 
 
-def _timed(action: Any, samples: int, idle: float) -> float:
+def _timed(action: Callable[[], object], samples: int, idle: float) -> float:
     """Median µs of ``action()``, each run after sleeping ``idle`` seconds (0: back to back)."""
     times = []
     for _ in range(samples):

@@ -61,9 +61,9 @@ def decode_answer(body: bytes) -> Answer:
 
 
 def request_body(model: str, messages: Sequence[Mapping[str, Any]], *,
-                 tools: Sequence[Mapping[str, Any]] | None,
-                 response_format: Mapping[str, Any] | None, temperature: float | None,
-                 max_tokens: int | None, extra: Mapping[str, Any] | None,
+                 temperature: float | None, max_tokens: int | None,
+                 extra: Mapping[str, Any] | None, tools: Sequence[Mapping[str, Any]] | None = None,
+                 response_format: Mapping[str, Any] | None = None,
                  stream: bool = False) -> dict[str, Any]:
     """The JSON body of a request; fields left unset are not sent, and ``extra`` (the
     preset's ``extra_body`` and a constraint's fields) is merged last. A streamed one

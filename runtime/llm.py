@@ -268,9 +268,8 @@ class ModelClient:
         """Send a streamed request; its body is read by :class:`ChatChunkStream`, not the
         SDK (whose per-chunk models cost the planner more CPU than the rest of a step)."""
         s = self.settings
-        body = request_body(s.model, messages, tools=None, response_format=None,
-                            temperature=s.temperature, max_tokens=self.max_tokens,
-                            extra=_body(s, constraint), stream=True)
+        body = request_body(s.model, messages, temperature=s.temperature,
+                            max_tokens=self.max_tokens, extra=_body(s, constraint), stream=True)
         try:
             return ChatChunkStream(await self._client.post(
                 "/chat/completions", cast_to=object, body=body, stream=True,

@@ -66,9 +66,13 @@ class PlancastClient(NatsClient):
         that must not wait behind the rest of a long turn (nothing is written while
         disconnected: the flusher sends it after the reconnect, as before)."""
         if self._pending_data_size and self._transport is not None and self.is_connected:
-            self._transport.writelines(self._pending)
-            self._pending = []
-            self._pending_data_size = 0
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        assert self._transport is not None
+        self._transport.writelines(self._pending)
+        self._pending = []
+        self._pending_data_size = 0
 
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                            headers: bytes) -> None:
@@ -95,9 +99,7 @@ class PlancastClient(NatsClient):
             try:
                 await asyncio.sleep(0)  # the rest of this turn's publishes join this write
                 if self._pending_data_size > 0:
-                    self._transport.writelines(self._pending[:])
-                    self._pending = []
-                    self._pending_data_size = 0
+                    self._write_pending()
                     await self._transport.drain()  # type: ignore[no-untyped-call]
             except OSError as e:
                 await self._error_cb(e)

@@ -18,6 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from runtime.chat_stream import SseEvents, decode_chunk
 from runtime.errors import ModelError
 from runtime.llm import LineStream, ModelClient, ModelSettings
+from runtime.testing._http import read_request as read_http_request
 
 from .test_llm import UNSET_KEY, USER
 
@@ -60,12 +61,8 @@ class RawServer:
 
 
 async def read_request(stream: SocketStream) -> bytes:
-    """The body of the request a test server reads (its head read past)."""
-    reader = BufferedByteReceiveStream(stream)
-    head = (await reader.receive_until(b"\r\n\r\n", 65536)).decode("latin-1")
-    length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                   if line.lower().startswith("content-length:")), 0)
-    return await reader.receive_exactly(length)
+    """The body of the request a test server reads, read as the scripted model reads it."""
+    return (await read_http_request(BufferedByteReceiveStream(stream))).body
 
 
 @asynccontextmanager
