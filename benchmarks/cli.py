@@ -18,6 +18,7 @@ from runtime.loop import backend_options
 
 from . import report
 from .config import SUITES, BenchConfig
+from .floor import run_floor
 from .stats import Progress
 from .suite_concurrent import run_concurrent
 from .suite_overhead import measure_plancast
@@ -79,8 +80,9 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
                 suites["overhead"] = {"reps": config.reps, "rows": rows[:len(noop)]}
             if "peers" in selected:
                 peers = await run_peers([*noop, *timed], config, progress)
+                peers["floor"] = await run_floor(nats.url, timed, config, progress)
                 peers["plancast_rows"] = rows
-                peers["comparison"] = compare(rows, peers["peers"])
+                peers["comparison"] = compare(rows, peers["peers"], peers["floor"])
                 suites["peers"] = peers
         if "concurrent" in selected:
             suites["concurrent"] = await run_concurrent(nats.url, config, progress)

@@ -42,10 +42,10 @@ async def run_peers(dags: Sequence[Dag], config: BenchConfig,
     return {"peers": results, "unavailable": unavailable}
 
 
-def compare(plancast_rows: Sequence[dict[str, Any]],
-            peers: dict[str, Any]) -> list[dict[str, Any]]:
+def compare(plancast_rows: Sequence[dict[str, Any]], peers: dict[str, Any],
+            floor: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Per workload: plancast's p50 wall time and its ratio to each peer's; for the timed
-    workloads each one's wall ÷ bound too."""
+    workloads each one's wall ÷ bound too, and the bus alone's (``floor``) per way."""
     out = []
     for row in plancast_rows:
         entry: dict[str, Any] = {"workload": row["workload"], "plancast_s": row["wall_s"],
@@ -56,5 +56,9 @@ def compare(plancast_rows: Sequence[dict[str, Any]],
                 entry[f"{name}_s"] = match["wall_s"]
                 entry[f"plancast_over_{name}"] = row["wall_s"] / match["wall_s"]
                 entry[f"{name}_over_bound"] = match.get("wall_over_bound")
+        for mode, rows in (floor or {}).items():
+            match = next((r for r in rows if r["workload"] == row["workload"]), None)
+            if match is not None:
+                entry[f"floor_{mode}_over_bound"] = match["wall_over_bound"]
         out.append(entry)
     return out

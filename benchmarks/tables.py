@@ -128,8 +128,21 @@ def _peers(p: dict[str, Any]) -> list[str]:
         bound: list[Column] = [("workload", "workload", 0),
                                ("plancast wall ÷ bound", "plancast_over_bound", 2)]
         bound += [(f"{n} wall ÷ bound", f"{n}_over_bound", 2) for n in names]
+        floor = list(p.get("floor", {}))
+        bound += [(f"bus alone, {m}", f"floor_{m}_over_bound", 2) for m in floor]
         lines += ["### wall ÷ bound, timed steps (same run)", "", table(bound, timed), ""]
+        if floor:
+            lines += [FLOOR_NOTE, ""]
     return lines
+
+
+FLOOR_NOTE = (
+    "bus alone (`benchmarks/floor.py`): the same DAG with no planning, events, state or "
+    "model calls, this process sending each task as its dependencies finish and a child "
+    "process running it; stored: every task and result a stored JetStream message, as "
+    "plancast sends them; grouped: the tasks ready together as one stored message; core: "
+    "nothing stored. The floor under plancast's figures on this machine, not a runtime."
+)
 
 
 CONCURRENT_COLUMNS: list[Column] = [

@@ -11,7 +11,10 @@ import pytest
 
 from benchmarks.config import BenchConfig
 from benchmarks.dag import Dag, Node
+from benchmarks.floor import MODES, run_floor
 from benchmarks.shapes import all_shapes
+from benchmarks.suite_peers import compare
+from benchmarks.workloads import chain, fan_out
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,3 +82,17 @@ def test_tool_times_are_drawn_up_front_and_reproducible() -> None:
     first, again = all_shapes(BenchConfig(seed=7)), all_shapes(BenchConfig(seed=7))
     assert first == again
     assert all_shapes(BenchConfig(seed=8)) != first
+
+
+@pytest.mark.anyio
+async def test_the_bus_alone_runs_each_dag_in_dependency_order(nats_url: str) -> None:
+    dags = [chain(4, 0.02), fan_out(6, 0.02)]
+    floor = await run_floor(nats_url, dags, BenchConfig.quick_config(reps=2), lambda _: None)
+    assert set(floor) == set(MODES)
+    for rows in floor.values():
+        assert [r["workload"] for r in rows] == [d.name for d in dags]
+        for row in rows:  # a step sent before its dependencies were done would beat the bound
+            assert row["reps"] == 2 and row["wall_over_bound"] >= 1.0
+    plancast = [{"workload": d.name, "wall_s": 1.0, "wall_over_bound": 2.0} for d in dags]
+    entry = compare(plancast, {}, floor)[1]
+    assert entry["floor_grouped_over_bound"] == floor["grouped"][1]["wall_over_bound"]
