@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -65,7 +64,8 @@ async def _pull(nc: Client, stream: str, consumer: str, inbox: str) -> None:
 
 
 async def executor(url: str, name: str) -> None:
-    """The child: runs every task it gets, each step in a task of its own."""
+    """The child: runs every task it gets, each step in a task of its own, until its stdin
+    closes."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     core_subject = _subjects(name)[2]
@@ -99,7 +99,8 @@ async def executor(url: str, name: str) -> None:
     await _pull(nc, name, "executor", inbox)
     await nc.flush()
     print("ready", flush=True)
-    await asyncio.Event().wait()
+    # until the benchmark closes our stdin: when it ends or dies, so do we
+    await anyio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
 
 
 class Coordinator:
@@ -166,7 +167,7 @@ async def _deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
     await js.add_consumer(f"{name}R", api.ConsumerConfig(
         durable_name="coordinator", ack_policy=api.AckPolicy.NONE))
     child = await anyio.open_process([sys.executable, "-m", "benchmarks.floor", nats_url, name],
-                                     cwd=ROOT, stdin=subprocess.DEVNULL)
+                                     cwd=ROOT)
     try:
         assert child.stdout is not None
         with anyio.fail_after(60):
