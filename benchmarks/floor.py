@@ -2,11 +2,12 @@
 
 No planning, no events, no state, no model calls and no recovery: this process sends each
 step's task once its dependencies are done, a child process sleeps the step's time and
-answers. It is the floor under plancast's figures on this machine (what three process hops
-per layer and the server's storing cost before any runtime work), not a runtime. Three
-ways, in the same run: ``stored`` sends every task and result as a stored JetStream message
-(a work-queue stream on file, as plancast does); ``grouped`` sends the tasks that become
-ready together as one stored message; ``core`` stores nothing (core NATS).
+answers, the steps that end in the same event-loop turn in one message. It is the floor
+under plancast's figures on this machine (what three process hops per layer and the
+server's storing cost before any runtime work), not a runtime. Three ways, in the same run:
+``stored`` sends every task as a stored JetStream message of its own (a work-queue stream
+on file) and the results of one moment as one, as plancast does; ``grouped`` also sends the
+tasks that become ready together as one stored message; ``core`` stores nothing (core NATS).
 
 ``python -m benchmarks.floor NATS_URL NAME`` is the child that runs the steps.
 """
@@ -71,13 +72,27 @@ async def executor(url: str, name: str) -> None:
     core_subject = _subjects(name)[2]
     decoder = msgspec.msgpack.Decoder(Tasks)
 
+    running: set[asyncio.Task[None]] = set()
+    ended: dict[tuple[str, bool], list[int]] = {}
+    """Per (reply subject, stored): the steps that ended in this event-loop turn."""
+
+    def spawn(work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    def answer(key: tuple[str, bool]) -> None:
+        body = msgspec.msgpack.encode(ended.pop(key))
+        reply, stored = key
+        spawn(js.publish(reply, body) if stored else nc.publish(reply, body))
+
     async def step(tasks: Tasks, step_id: int, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        body = str(step_id).encode()
-        if tasks.stored:
-            await js.publish(tasks.reply, body)
-        else:
-            await nc.publish(tasks.reply, body)
+        key = (tasks.reply, tasks.stored)
+        if key not in ended:
+            ended[key] = []
+            asyncio.get_running_loop().call_soon(answer, key)
+        ended[key].append(step_id)
 
     async def run(msg: Msg) -> None:
         tasks = decoder.decode(msg.data)
@@ -85,13 +100,9 @@ async def executor(url: str, name: str) -> None:
         if tasks.stored:
             await msg.ack()
 
-    running: set[asyncio.Task[None]] = set()
-
     async def take(msg: Msg) -> None:
         if msg.data:  # not a pull request's status message
-            task = asyncio.ensure_future(run(msg))
-            running.add(task)
-            task.add_done_callback(running.discard)
+            spawn(run(msg))
 
     await nc.subscribe(core_subject, cb=take)
     inbox = nc.new_inbox()
@@ -110,12 +121,13 @@ class Coordinator:
         self.nc, self.js = nc, nc.jetstream()
         self.task_subject, self.result_subject, self.core_subject = _subjects(name)
         self.core_inbox = nc.new_inbox()
-        self.done: asyncio.Queue[int] = asyncio.Queue()
+        self.done: asyncio.Queue[list[int]] = asyncio.Queue()
+        self.decoder = msgspec.msgpack.Decoder(list[int])
 
     async def listen(self, name: str) -> None:
         async def got(msg: Msg) -> None:
             if msg.data:
-                self.done.put_nowait(int(msg.data))
+                self.done.put_nowait(self.decoder.decode(msg.data))
 
         await self.nc.subscribe(self.core_inbox, cb=got)
         inbox = self.nc.new_inbox()
@@ -139,14 +151,17 @@ class Coordinator:
         waiting = {n.id: len(n.deps) for n in dag.nodes}
         started = time.perf_counter()
         await self.send(mode, dag, [sid for sid, deps in waiting.items() if deps == 0])
+        left = len(dag)
         with anyio.fail_after(RUN_TIMEOUT):
-            for _ in range(len(dag)):
-                step_id = await self.done.get()
+            while left:
+                ended = await self.done.get()
+                left -= len(ended)
                 ready = []
-                for dependent in dag.dependents[step_id]:
-                    waiting[dependent] -= 1
-                    if waiting[dependent] == 0:
-                        ready.append(dependent)
+                for step_id in ended:
+                    for dependent in dag.dependents[step_id]:
+                        waiting[dependent] -= 1
+                        if waiting[dependent] == 0:
+                            ready.append(dependent)
                 if ready:
                     await self.send(mode, dag, ready)
         return time.perf_counter() - started

@@ -139,9 +139,10 @@ def _peers(p: dict[str, Any]) -> list[str]:
 FLOOR_NOTE = (
     "bus alone (`benchmarks/floor.py`): the same DAG with no planning, events, state or "
     "model calls, this process sending each task as its dependencies finish and a child "
-    "process running it; stored: every task and result a stored JetStream message, as "
-    "plancast sends them; grouped: the tasks ready together as one stored message; core: "
-    "nothing stored. The floor under plancast's figures on this machine, not a runtime."
+    "process running it; stored: every task a stored JetStream message, and the results "
+    "of one moment one, as plancast sends them; grouped: the tasks ready together as one "
+    "stored message too; core: nothing stored. The floor under plancast's figures on this "
+    "machine, not a runtime."
 )
 
 
