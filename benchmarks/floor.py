@@ -185,10 +185,13 @@ async def _deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
                                      cwd=ROOT)
     try:
         assert child.stdout is not None
-        with anyio.fail_after(60):
-            line = await BufferedByteReceiveStream(child.stdout).receive_until(b"\n", 64)
-        if line.strip() != b"ready":
-            raise RuntimeError(f"the floor's executor said {line!r}, not ready")
+        try:
+            with anyio.fail_after(60):
+                line = await BufferedByteReceiveStream(child.stdout).receive_until(b"\n", 64)
+        except (anyio.IncompleteRead, anyio.DelimiterNotFound):
+            line = b""
+        if line.strip() != b"ready":  # its own error, if any, is on stderr above
+            raise RuntimeError(f"the floor's executor did not start (it said {line!r})")
         coordinator = Coordinator(nc, name)
         await coordinator.listen(name)
         yield coordinator

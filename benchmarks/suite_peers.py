@@ -51,14 +51,17 @@ def compare(plancast_rows: Sequence[dict[str, Any]], peers: dict[str, Any],
         entry: dict[str, Any] = {"workload": row["workload"], "plancast_s": row["wall_s"],
                                  "plancast_over_bound": row.get("wall_over_bound")}
         for name, peer in peers.items():
-            match = next((r for r in peer["rows"] if r["workload"] == row["workload"]), None)
-            if match is not None:
+            if (match := _row(peer["rows"], row["workload"])) is not None:
                 entry[f"{name}_s"] = match["wall_s"]
                 entry[f"plancast_over_{name}"] = row["wall_s"] / match["wall_s"]
                 entry[f"{name}_over_bound"] = match.get("wall_over_bound")
         for mode, rows in (floor or {}).items():
-            match = next((r for r in rows if r["workload"] == row["workload"]), None)
-            if match is not None:
+            if (match := _row(rows, row["workload"])) is not None:
                 entry[f"floor_{mode}_over_bound"] = match["wall_over_bound"]
         out.append(entry)
     return out
+
+
+def _row(rows: Sequence[dict[str, Any]], workload: str) -> dict[str, Any] | None:
+    """The row of ``workload``, if that runtime ran it."""
+    return next((r for r in rows if r["workload"] == workload), None)
