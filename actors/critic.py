@@ -97,7 +97,7 @@ class Critic(RoleActor):
             self.bus.subject(Verb.RESULT, task.run_id, self.name),
             PlanDecision(run_id=task.run_id, round=task.round, digest=task.digest,
                          approved=approved, reason=reason, by=f"{self.name}/{self.instance}",
-                         usage=outcome.usage),
+                         usage=outcome.usage, nonce=task.nonce),
             msg_id=f"{task.run_id}/plan/{task.round}/{task.digest}/{task.nonce}",
         )
 
@@ -110,7 +110,7 @@ class Critic(RoleActor):
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name),
             Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
-                    approved=approved, critique=critique, usage=usage),
+                    approved=approved, critique=critique, usage=usage, nonce=task.nonce),
             msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{task.nonce}/verdict",
         )
 

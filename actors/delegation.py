@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from protocols import RunCancel, RunStarted, Verb, child_run_id
+from protocols import RunCancel, RunStarted, Verb, cancel_id, child_run_id
 from runtime.subteams import is_team, plan_roles
 from runtime.team import RoleConfig
 
@@ -71,7 +71,7 @@ async def cancel_children(run: Run, step_ids: list[int], reason: str) -> None:
         try:
             await run.bus.publish_durable(
                 run.bus.subject(Verb.RESULT, child, run.planner.name), cancel,
-                msg_id=f"{child}/cancel")
+                msg_id=cancel_id(child))
         except Exception as exc:
             log.warning("run %s: could not cancel child run %s (%s); it ends by its own "
                         "deadline", run.run_id, child, exc)

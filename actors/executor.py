@@ -81,7 +81,7 @@ class Executor(StepRole):
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=me, delivery=ctx.delivery,
-                            heartbeat=self.settings.heartbeat_interval)
+                            heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
         started = time.time()
         spent = Spent()  # model calls count even when the step fails after them
         failure: Exception | None = None
@@ -100,7 +100,8 @@ class Executor(StepRole):
         result = StepResult(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, usage=spent.usage,
             started_at=started, finished_at=time.time(), executor=me, delivery=ctx.delivery,
-            claims=not claimed, heartbeat=claim.heartbeat if not claimed else 0.0, **outcome,
+            claims=not claimed, heartbeat=claim.heartbeat if not claimed else 0.0,
+            nonce=task.nonce, **outcome,
         )
         # A result counts only from a claimant: a claim sent earlier is stored by now.
         # The id names the task and its delivery: a stale executor's result must not be

@@ -64,9 +64,17 @@ class Liveness:
         try:
             async for msg in sub.messages:
                 try:
-                    self.heard(decode(msg.data, Heartbeat))
+                    beat = decode(msg.data, Heartbeat)
                 except UNREADABLE as exc:
                     log.debug("ignoring a bad heartbeat on %s: %s", msg.subject, exc)
+                    continue
+                # The subject's role token is the sender's (its user may publish only
+                # there): a beat speaking for another role or instance is ignored.
+                if msg.subject.split(".")[-2:] == [beat.role, beat.instance]:
+                    self.heard(beat)
+                else:
+                    log.debug("ignoring a heartbeat on %s for %s/%s", msg.subject,
+                              beat.role, beat.instance)
         finally:
             with anyio.CancelScope(shield=True):
                 await sub.unsubscribe()

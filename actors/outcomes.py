@@ -35,15 +35,14 @@ from protocols import (
     Verdict,
     WorkError,
     WorkFailed,
-    nonce,
 )
 from runtime.auth import CLIENT
 from runtime.errors import StepStateError
+from runtime.nonces import Nonces
 from runtime.step_states import StepState
 from runtime.team import TEAM_KIND
 
 from . import delegation, plan_review, step_gates
-from .resume import task_id
 from .run_state import PREVIEW, RunFailure, step_source
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
     stored, before the run's state is written again."""
     named = getattr(message, "run_id", run.run_id)
     wrong = f"it names run {named!r}: an outcome travels on its own run's subject" \
-        if named != run.run_id else wrong_sender(run, message, sender)
+        if named != run.run_id else wrong_sender(run, message, sender) or unproven(run, message)
     if wrong:
         await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
                      attempt=getattr(message, "attempt", 0), sender=sender, role=sender)
@@ -130,6 +129,8 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
                 else team.senders("synthesizer")
         case ReplanRequest() if message.work or message.failed_step is not None:
             allowed = team.senders("supervisor")
+        case ReplanRequest():  # a new round: the run's owner asks, or its supervisor
+            allowed = [CLIENT, *team.senders("supervisor")]
         case RunCancel():  # a child run's parent (its planner, its team lead) may, too
             allowed = [CLIENT, *team.kind_roles("supervisor"),
                        *(team.kind_roles("planner") + team.kind_roles(TEAM_KIND)
@@ -142,11 +143,46 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
             allowed = team.senders(WORK_KINDS[message.work])
         case WorkError() if message.step_id is not None:
             allowed = _role_of(run, message.step_id, sender)
+        case WorkError():
+            return "it names no step: a report names the work its sender holds"
         case _:
             return None
     if sender in allowed:
         return None
     return f"only {' or '.join(repr(a) for a in allowed)} may send it; it came from {sender!r}"
+
+
+def unproven(run: Run, message: Message) -> str | None:
+    """Why ``message`` does not show that its sender received the work it answers, if it
+    does not: an answer repeats its task's ``nonce``, which only the planners can compute
+    and only the task's receivers read (``runtime.nonces``)."""
+    n, rid = run.nonces, run.run_id
+    match message:
+        case StepClaimed() | StepResult():
+            expected = n.task(rid, message.step_id, message.attempt)
+        case Verdict():
+            expected = n.review(rid, message.step_id, message.attempt)
+        case SynthesisDecision():
+            expected = n.synthesis(rid, message.round)
+        case PlanDecision() if run.review_mode != "human":
+            expected = n.plan(rid, message.round, message.digest)
+        case WorkError() | ReplanRequest() if message.work == "synthesis":
+            expected = n.synthesis(rid, run.scheduler.round)
+        case WorkError() | ReplanRequest() if message.work or message.failed_step is not None:
+            sid = message.step_id if isinstance(message, WorkError) else message.failed_step
+            if sid is None:
+                return "it names no step: a report names the work its sender holds"
+            expected = (n.review if message.work == "review" else n.task)(
+                rid, sid, message.attempt)
+        case _:
+            return None
+    if not message.nonce:
+        return ("it carries no `nonce`: an answer repeats the nonce of the task it answers "
+                "(docs/wire.md; upgrade the worker)")
+    if not Nonces.same(message.nonce, expected):
+        return ("its `nonce` is not that of the work it names: only the receiver of a task "
+                "may answer it (work never received, or of another attempt or round)")
+    return None
 
 
 def _role_of(run: Run, step_id: int, sender: str) -> list[str]:
@@ -251,11 +287,12 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
-                            inputs=run.scheduler.inputs_for(step), nonce=nonce())
+                            inputs=run.scheduler.inputs_for(step),
+                            nonce=run.nonces.review(run.run_id, sid, attempt))
         await run.events.emit(StepReviewing(run_id=run.run_id, step_id=sid, attempt=attempt,
                                             executor=sender))
         await run.send(run.bus.subject(Verb.REVIEW), review,
-                       msg_id=f"{task_id(run.run_id, sid, attempt, run.fence)}/review")
+                       msg_id=run.nonces.msg_id(f"{run.run_id}/{sid}/{attempt}/f{run.fence}/review"))
         return False
     await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
     return len(output) <= PREVIEW

@@ -28,7 +28,6 @@ from protocols import (
     Step,
     StepPlanned,
     Verb,
-    nonce,
 )
 from runtime.errors import PlanValidationError
 from runtime.plans import check_tool_allowed
@@ -99,8 +98,9 @@ async def await_approval(run: Run, round_: int) -> None:
             run.bus.subject(Verb.REVIEW),
             PlanReviewTask(run_id=run.run_id, goal=run.request.goal, round=round_,
                            digest=plan_digest, steps=steps, done=run.scheduler.results,
-                           policy=run.team.plan_policy, nonce=nonce()),
-            msg_id=f"{run.run_id}/plan/{round_}/{plan_digest}/f{run.fence}")
+                           policy=run.team.plan_policy,
+                           nonce=run.nonces.plan(run.run_id, round_, plan_digest)),
+            msg_id=run.nonces.msg_id(f"{run.run_id}/plan/{round_}/{plan_digest}/f{run.fence}"))
     with anyio.move_on_after(wait):
         await run.decided.wait()
     async with run.lock:

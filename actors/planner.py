@@ -58,6 +58,7 @@ from runtime.bus import Fenced
 from runtime.delivery import Delivery
 from runtime.errors import PlanValidationError
 from runtime.kv import current_values
+from runtime.nonces import Nonces, planners_secret
 from runtime.plan_constraint import TEXT_CHARS
 from runtime.plans import check_plan
 from runtime.role import RoleActor, RoleContext
@@ -106,6 +107,7 @@ class Planner(RoleActor):
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
         self.liveness = Liveness(self.bus, self.owner_id)
+        self.nonces = Nonces(planners_secret(self.settings))
         self._runs_tg: TaskGroup | None = None
 
     def sources(self) -> Sequence[Source]:
@@ -189,7 +191,7 @@ class Planner(RoleActor):
         if adopted:  # the fence is up: nothing more can be added behind our back
             positions: dict[int, int] = {}
             events = await read_tail(self.bus, record.run_id, record.events_seq, positions)
-            tail = fold(state, events, next_seq=record.next_seq,
+            tail = fold(state, events, next_seq=record.next_seq, nonces=self.nonces,
                         replayed=frozenset(record.replayed))
             tail.positions = positions
             state.scheduler.reorder(record.order)

@@ -46,6 +46,7 @@ from protocols import (
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
 from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
+from runtime.nonces import Nonces
 from runtime.step_states import StepState
 from runtime.stored_events import readable_events
 
@@ -123,7 +124,7 @@ async def planned_steps(bus: Bus, record: RunRecord, missing: set[int]) -> dict[
 
 
 def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
-         replayed: Collection[int] = ()) -> Tail:
+         nonces: Nonces, replayed: Collection[int] = ()) -> Tail:
     """Apply the tail (events numbered ``next_seq`` and on, and before them those of the
     ``replayed`` steps, which have no record) to the restored ``state``."""
     out = Tail(last_seq=next_seq - 1)
@@ -172,7 +173,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                     if not _current(state, event.step_id, event.attempt):
                         continue  # the state is further along than the log (a newer record)
                     m.new_attempt(now)
-                m.task_id = task_id(state.record.run_id, event.step_id, event.attempt, fence)
+                m.task_id = task_id(nonces, state.record.run_id, event.step_id, event.attempt,
+                                    fence)
                 if not early:  # an earlier one was stored before the state said so
                     out.republish[event.step_id] = m.task_id
                 spent.pop(step_source(event.step_id), None)
@@ -232,10 +234,11 @@ def _usage_of(announced: set[Hashable], step_id: int) -> list[Hashable]:
             if isinstance(k, tuple) and k[:2] == ("usage", step_source(step_id))]
 
 
-def task_id(run_id: str, step_id: int, attempt: int, fence: int) -> str:
+def task_id(nonces: Nonces, run_id: str, step_id: int, attempt: int, fence: int) -> str:
     """A task's ``Nats-Msg-Id``: one per attempt and owner, so a planner that took the run
-    over never has its task taken for a duplicate of one its predecessor sent."""
-    return f"{run_id}/{step_id}/{attempt}/f{fence}"
+    over never has its task taken for a duplicate of one its predecessor sent; keyed, so
+    nobody else can store a message under it first."""
+    return nonces.msg_id(f"{run_id}/{step_id}/{attempt}/f{fence}")
 
 
 def _known(state: RunState, step_id: int) -> bool:

@@ -30,7 +30,6 @@ from protocols import (
     SynthesisTask,
     Usage,
     UsageRecorded,
-    nonce,
 )
 from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
@@ -55,6 +54,7 @@ class Run:
     def __init__(self, planner: Planner, state: RunState, revision: int, *, fence: int,
                  tail: Tail | None = None, previous_owner: str = "") -> None:
         self.planner = planner
+        self.nonces = planner.nonces
         self.bus = planner.bus
         self.team = planner.ctx.team
         record = state.record
@@ -204,12 +204,13 @@ class Run:
             self.scheduler.blocked(), "not run: a step it needs failed")
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=failures,
-                             replans_left=replans_left, nonce=nonce())
+                             replans_left=replans_left,
+                             nonce=self.nonces.synthesis(self.run_id, plan.round))
         # Saved while the synthesizer starts on it (the save was a millisecond of the run's
         # tail); a planner taking the run over before the save asks again.
         sent = await self.bus.publish_soon(
             delegation.synthesis_subject(self), task,
-            msg_id=f"{self.run_id}/synthesis/{plan.round}/f{self.fence}",
+            msg_id=self.nonces.msg_id(f"{self.run_id}/synthesis/{plan.round}/f{self.fence}"),
             headers=telemetry.task_headers(self.run_id))
         await self.save()
         await self.bus.settle([sent])

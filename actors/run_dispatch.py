@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from protocols import Step, StepDispatched, StepTask, Stream, Verb, nonce, stream_name
+from protocols import Step, StepDispatched, StepTask, Stream, Verb, stream_name
 from runtime.step_states import StepState
 
 from . import delegation, step_gates
@@ -31,7 +31,8 @@ async def dispatch(run: Run, steps: list[Step]) -> None:
             continue  # ready, waiting for a person's approval
         run.scheduler.start(step.id)
         run.meta[step.id].new_attempt(now)
-        await send_step(run, step, attempt, task_id(run.run_id, step.id, attempt, run.fence))
+        await send_step(run, step, attempt,
+                        task_id(run.nonces, run.run_id, step.id, attempt, run.fence))
         await run.events.emit(StepDispatched(run_id=run.run_id, step_id=step.id,
                                              role=step.role, attempt=attempt))
 
@@ -46,7 +47,8 @@ async def send_step(run: Run, step: Step, attempt: int, msg_id: str) -> None:
     task = StepTask(run_id=run.run_id, goal=run.request.goal, step=sent, attempt=attempt,
                     inputs=inputs, feedback=run.meta[step.id].feedback,
                     timeout=run.team.step_timeout(step.role, step.timeout),
-                    deadline=run.record.deadline, nonce=nonce())
+                    deadline=run.record.deadline,
+                    nonce=run.nonces.task(run.run_id, step.id, attempt))
     meta = run.meta[step.id]
     meta.task_id, meta.task_seq = msg_id, 0
     run.touch(step.id)

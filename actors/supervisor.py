@@ -94,17 +94,17 @@ class SupervisorActor(RoleActor):
             case StepTask():
                 request = ReplanRequest(
                     run_id=task.run_id, source="supervisor", failed_step=task.step.id,
-                    work="step", attempt=task.attempt,
+                    work="step", attempt=task.attempt, nonce=task.nonce,
                     reason=f"step {task.step.id} (attempt {task.attempt}) could not be run: {why}")
             case ReviewTask():
                 request = ReplanRequest(
                     run_id=task.run_id, source="supervisor", failed_step=task.step.id,
-                    work="review", attempt=task.attempt,
+                    work="review", attempt=task.attempt, nonce=task.nonce,
                     reason=f"the review of step {task.step.id} could not be done: {why}")
             case _:
                 assert isinstance(task, SynthesisTask)
                 request = ReplanRequest(run_id=task.run_id, source="supervisor",
-                                        work="synthesis",
+                                        work="synthesis", nonce=task.nonce,
                                         reason=f"the synthesis could not be done: {why}")
         log.warning("run %s: %s", request.run_id, request.reason)
         await self.bus.publish_durable(

@@ -62,7 +62,7 @@ class Synthesizer(RoleActor):
             run_id=task.run_id, round=task.plan.round,
             action="replan" if wants_replan else "finish",
             answer="" if wants_replan else str(answer.get("answer") or answer.get("reason") or ""),
-            reason=str(answer.get("reason") or ""), usage=completion.usage,
+            reason=str(answer.get("reason") or ""), usage=completion.usage, nonce=task.nonce,
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,

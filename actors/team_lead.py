@@ -37,6 +37,7 @@ from protocols import (
     StepTask,
     Usage,
     Verb,
+    cancel_id,
     child_run_id,
     decode,
     run_key,
@@ -86,7 +87,8 @@ class TeamLead(StepRole):
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         claim = await self.bus.publish_soon(results, StepClaimed(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, executor=me,
-            delivery=delivery.deliveries, heartbeat=self.settings.heartbeat_interval),
+            delivery=delivery.deliveries, heartbeat=self.settings.heartbeat_interval,
+            nonce=task.nonce),
             msg_id=f"{key}/{task.nonce}/claim")
         started = time.time()
         wait = await self._lead(task)
@@ -97,7 +99,8 @@ class TeamLead(StepRole):
             return
         result = StepResult(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             usage=wait.usage, started_at=started, finished_at=time.time(),
-                            executor=me, delivery=delivery.deliveries, **wait.outcome)
+                            executor=me, delivery=delivery.deliveries, nonce=task.nonce,
+                            **wait.outcome)
         await self.bus.publish_durable(results, result, msg_id=f"{key}/{task.nonce}/result")
 
     async def _lead(self, task: StepTask) -> _Wait:
@@ -180,7 +183,7 @@ class TeamLead(StepRole):
         with anyio.CancelScope(shield=True), anyio.move_on_after(SUBMIT_WAIT):
             try:
                 await self.bus.publish_durable(self.bus.subject(Verb.RESULT, child, self.name),
-                                               cancel, msg_id=f"{child}/cancel")
+                                               cancel, msg_id=cancel_id(child))
             except Exception as exc:
                 log.warning("could not cancel sub-team run %s (%s); it ends by its own "
                             "deadline", child, exc)

@@ -52,6 +52,7 @@ from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision
 from .messages import SynthesisTask as SynthesisTask
 from .messages import WorkError as WorkError
+from .messages import cancel_id as cancel_id
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
 from .plan import Plan as Plan

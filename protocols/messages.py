@@ -18,8 +18,14 @@ def new_run_id() -> str:
 
 
 def nonce() -> str:
-    """A task's secret (``StepTask.nonce`` ...): 16 random bytes, URL-safe."""
+    """16 random bytes, URL-safe: a secret nobody else can guess."""
     return secrets.token_urlsafe(16)
+
+
+def cancel_id(run_id: str) -> str:
+    """A ``run.cancel``'s ``Nats-Msg-Id``: random, so nobody can store a message under it
+    first and have the cancel dropped as its duplicate."""
+    return f"{run_id}/cancel/{nonce()}"
 
 
 class RunRequest(Message, frozen=True, kw_only=True, tag="run.request"):
@@ -93,9 +99,10 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     feedback: str = ""
     """The critic's critique of the previous attempt, when it was rejected."""
     nonce: str = ""
-    """A secret of this task's sender and receiver: the receiver puts it in the
-    ``Nats-Msg-Id`` of its answer, so nobody else can publish first under that id (the
-    stream would then drop the real answer as a duplicate)."""
+    """A secret of this task's sender and receiver: the receiver sends it back in every
+    answer (``nonce``), which counts only with it, and puts it in the answer's
+    ``Nats-Msg-Id``, so nobody else can publish first under that id (the stream would
+    then drop the real answer as a duplicate)."""
 
 
 class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
@@ -114,6 +121,9 @@ class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
     heartbeat: float = 0.0
     """Seconds between the claimant's heartbeats, which list the step while it works on it;
     0 if it sends none (then only the step's timeout tells it is gone)."""
+    nonce: str = ""
+    """The ``nonce`` of the task this answers: proof that its sender received that task.
+    Required: the planner refuses an answer without it (``runtime.nonces``)."""
 
 
 class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
@@ -153,6 +163,9 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     planner that knows this field (upgrade planners before executors)."""
     heartbeat: float = 0.0
     """With ``claims``: what the claim's ``heartbeat`` would have said."""
+    nonce: str = ""
+    """The ``nonce`` of the task this answers: proof that its sender received that task.
+    Required: the planner refuses an answer without it (``runtime.nonces``)."""
 
 
 class StepOutcomes(Message, frozen=True, kw_only=True, tag="step.outcomes"):
@@ -206,6 +219,9 @@ class SynthesisDecision(Message, frozen=True, kw_only=True, tag="synthesis.decis
     """Why another round is needed, when replanning."""
     usage: Usage = Usage()
     """Model usage spent on the synthesis."""
+    nonce: str = ""
+    """The ``nonce`` of the task this answers: proof that its sender received that task.
+    Required: the planner refuses an answer without it (``runtime.nonces``)."""
 
 
 class RunCancel(Message, frozen=True, kw_only=True, tag="run.cancel"):
@@ -235,6 +251,9 @@ class ReplanRequest(Message, frozen=True, kw_only=True, tag="run.replan"):
     """Which work could not be done (``""``: none in particular, just replan)."""
     attempt: int = 0
     """The failed step's attempt (0: unknown, taken as the current one)."""
+    nonce: str = ""
+    """With ``work``: the ``nonce`` of the task given up (a dead letter holds it), proof
+    that the work named is the work given up."""
 
 
 class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
@@ -263,6 +282,9 @@ class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
     setup_error: bool = False
     """True if the failure is a configuration mistake no retry can fix (a model server that
     refuses the structured-output dialect of its preset): the run fails at once with it."""
+    nonce: str = ""
+    """The ``nonce`` of the task this answers: proof that its sender received that task.
+    Required: the planner refuses an answer without it (``runtime.nonces``)."""
 
 
 class Heartbeat(Message, frozen=True, kw_only=True, tag="actor.heartbeat"):

@@ -73,6 +73,9 @@ class PlanDecision(Message, frozen=True, kw_only=True, tag="plan.decision"):
     """Who decided (a person, a program, a critic), for the run's record."""
     usage: Usage = Usage()
     """The critic's model usage, for an ``auto`` review."""
+    nonce: str = ""
+    """For an ``auto`` review: the ``nonce`` of the ``plan.review`` it answers (the
+    critic's decision counts only with it)."""
 
 
 class StepDecision(Message, frozen=True, kw_only=True, tag="step.decision"):
@@ -108,3 +111,6 @@ class Verdict(Message, frozen=True, kw_only=True, tag="review.verdict"):
     """What is wrong (on rejection) or what was checked (on approval)."""
     usage: Usage = Usage()
     """Model usage spent on the review."""
+    nonce: str = ""
+    """The ``nonce`` of the task this answers: proof that its sender received that task.
+    Required: the planner refuses an answer without it (``runtime.nonces``)."""

@@ -125,6 +125,7 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
                 *_consumers(n.results), *_consumers(n.kv), *_consumers(n.events),
                 f"$JS.API.CONSUMER.INFO.{n.work}.*", f"$JS.API.STREAM.MSG.DELETE.{n.work}",
+                f"$JS.API.STREAM.MSG.GET.{n.work}", f"$JS.API.STREAM.MSG.GET.{n.results}",
                 *_reads(n.kv), *_reads(n.events), *_reads(n.objects),
             ], [f"{p}.run.submit", f"{p}.heartbeat.>", *inbox], responses=True)
         elif role.kind == "supervisor":
@@ -172,13 +173,16 @@ def write_auth(directory: Path, prefix: str, team: TeamConfig) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     users = {name: (grant, secrets.token_urlsafe(24))
              for name, grant in grants(prefix, team).items()}
+    planners = {r.name for r in team.roles.values() if r.kind == "planner"}
+    shared = secrets.token_urlsafe(32)  # the planners' key of nonces and message ids
     written = [_private(directory / CONF_FILE, server_conf(users))]
     for name, (grant, password) in users.items():
         written.append(_private(directory / f"{name}.creds", "\n".join([
             f"# plancast credentials of NATS user {name!r} (prefix {prefix!r}); "
             "use with --creds or NATS_CREDS",
             f"user = {json.dumps(name)}", f"password = {json.dumps(password)}",
-            f"provision = {'true' if grant.provisions else 'false'}", ""])))
+            f"provision = {'true' if grant.provisions else 'false'}",
+            *([f"secret = {json.dumps(shared)}"] if name in planners | {ADMIN} else []), ""])))
     return written
 
 
@@ -196,6 +200,8 @@ class UserCreds:
     user: str
     password: str
     provision: bool
+    secret: str = ""
+    """The planners' shared secret (``runtime.nonces``); empty for every other user."""
 
 
 def read_creds(path: Path) -> UserCreds | None:
@@ -208,7 +214,8 @@ def read_creds(path: Path) -> UserCreds | None:
         return None
     try:
         data = tomllib.loads(text)
-        return UserCreds(str(data["user"]), str(data["password"]), bool(data.get("provision")))
+        return UserCreds(str(data["user"]), str(data["password"]), bool(data.get("provision")),
+                         str(data.get("secret", "")))
     except (tomllib.TOMLDecodeError, KeyError) as exc:
         raise CredsError(f"{path} is neither a NATS credentials file nor one written by "
                          "`plancast auth init` (user, password)") from exc

@@ -189,8 +189,10 @@ class Bus:
             if item.seq:
                 continue
             try:
-                item.seq = int(outcome(item.future).seq)
-                continue
+                ack = outcome(item.future)
+                if not ack.duplicate or await self._ours(ack, item.payload, item.headers):
+                    item.seq = int(ack.seq)
+                    continue
             except UNCONFIRMED as exc:
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE \
                         and EXPECT_SEQ in item.headers:
@@ -229,7 +231,9 @@ class Bus:
         while True:
             try:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
-                return int(ack.seq)
+                if not ack.duplicate or await self._ours(ack, payload, hdrs):
+                    return int(ack.seq)
+                continue
             except APIError as exc:
                 if exc.err_code == STORAGE_FULL:
                     raise _full(exc, f"the stream behind {subj}") from exc
@@ -251,6 +255,23 @@ class Bus:
                 log.info("publish to %s failed (%s); retrying in %.2fs", subj, exc, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
+
+    async def _ours(self, ack: Any, payload: bytes, hdrs: dict[str, str]) -> bool:
+        """Is the message the stream kept for our de-duplicated publish ours? If another
+        participant stored one under our id first, ``hdrs`` gets a new id to send ours
+        under (False), so nothing waits on a message that will never come."""
+        try:
+            stored = await self.js.get_msg(ack.stream, ack.seq)
+        except Exception:  # taken off the work queue already, or we may not read it:
+            return True   # our ids are keyed (runtime.nonces), so it was ours
+        if stored.data == payload:
+            return True
+        taken = hdrs["Nats-Msg-Id"]
+        hdrs["Nats-Msg-Id"] = f"{taken}/{nuid()}"
+        log.warning("message id %s was taken by a message that is not ours (stream %s, "
+                    "sequence %d); sending ours as %s", taken, ack.stream, ack.seq,
+                    hdrs["Nats-Msg-Id"])
+        return False
 
     async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
         """Store a too-large message in the object store; return the envelope to send.

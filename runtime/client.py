@@ -35,6 +35,7 @@ from protocols import (
     RunResumed,
     Stream,
     Verb,
+    cancel_id,
     new_run_id,
     stream_name,
 )
@@ -117,7 +118,7 @@ async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -
     repeat harmless. A run that has ended already is not changed (its planner says so)."""
     await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
                               RunCancel(run_id=run_id, reason=reason, source=source),
-                              msg_id=f"{run_id}/cancel")
+                              msg_id=cancel_id(run_id))
 
 
 class _Lost(Exception):

@@ -19,6 +19,9 @@ def work_error(message: Message, *, actor: str, delivery: int, error: str,
     common: dict[str, Any] = {"actor": actor, "delivery": delivery, "error": error[:2000],
                               "will_retry": will_retry, "setup_error": setup_error}
     match message:
+        case StepTask() | ReviewTask() | SynthesisTask():
+            common["nonce"] = message.nonce
+    match message:
         case StepTask():
             return WorkError(run_id=message.run_id, work="step", step_id=message.step.id,
                              attempt=message.attempt, **common)

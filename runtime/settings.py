@@ -43,6 +43,10 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("password", "NATS_PASSWORD")
     )
     token: str | None = Field(default=None, validation_alias=AliasChoices("token", "NATS_TOKEN"))
+    secret: str | None = Field(default=None, repr=False)
+    """The planners' shared secret (``PLANCAST_SECRET``): the key of task nonces and of the
+    ids of the planner's messages (``runtime.nonces``). Default: the ``secret`` in a
+    planner's credentials from ``plancast auth init``, else ``token``."""
     tls_ca: Path | None = Field(default=None, validation_alias=AliasChoices("tls_ca", "NATS_CA"))
     tls_cert: Path | None = Field(
         default=None, validation_alias=AliasChoices("tls_cert", "NATS_CERT")
