@@ -106,7 +106,7 @@ async function handle(msg) {
   // The claim is stored (its publish acknowledged) before the result is sent.
   await js.publish(results, enc({
     type: "step.claimed", run_id, step_id: step.id, attempt, executor, delivery: d,
-    heartbeat: HEARTBEAT,
+    heartbeat: HEARTBEAT, nonce,
   }), { msgID: `${key}/claim` });
   inFlight.add(`${run_id}/${step.id}`);
   const startedAt = Date.now() / 1000;
@@ -121,7 +121,7 @@ async function handle(msg) {
     inFlight.delete(`${run_id}/${step.id}`);
   }
   await js.publish(results, enc({
-    type: "step.result", run_id, step_id: step.id, attempt, executor, delivery: d,
+    type: "step.result", run_id, step_id: step.id, attempt, executor, delivery: d, nonce,
     started_at: startedAt, finished_at: Date.now() / 1000, ...outcome,
   }), { msgID: `${key}/result` });
   await msg.ackAck();
