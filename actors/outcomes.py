@@ -67,8 +67,9 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
     wrong = f"it names run {named!r}: an outcome travels on its own run's subject" \
         if named != run.run_id else wrong_sender(run, message, sender) or unproven(run, message)
     if wrong:
+        who = getattr(message, "executor", "") or getattr(message, "actor", "") or sender
         await refuse(run, message, wrong, step_id=getattr(message, "step_id", None),
-                     attempt=getattr(message, "attempt", 0), sender=sender, role=sender)
+                     attempt=getattr(message, "attempt", 0), sender=who, role=sender)
         return False
     match message:
         case StepClaimed():

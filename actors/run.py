@@ -273,10 +273,12 @@ class Run:
         self.saver.touched.add(step_id)
 
     async def send(self, subject: str, message: Message, *, msg_id: str,
-                   step_id: int = 0) -> None:
-        """Send work now; it is confirmed stored before the state that says so is saved."""
+                   step_id: int = 0, fresh: bool = False) -> None:
+        """Send work now; it is confirmed stored before the state that says so is saved
+        (``fresh``: see ``Bus.publish_soon``)."""
         self.saver.unsettled.append((step_id, await self.bus.publish_soon(
-            subject, message, msg_id=msg_id, headers=telemetry.task_headers(self.run_id))))
+            subject, message, msg_id=msg_id, headers=telemetry.task_headers(self.run_id),
+            fresh=fresh)))
 
     async def step_done(self, step: Step, attempt: int, output: str, executor: str,
                         duration: float) -> None:

@@ -32,12 +32,15 @@ async def dispatch(run: Run, steps: list[Step]) -> None:
         run.scheduler.start(step.id)
         run.meta[step.id].new_attempt(now)
         await send_step(run, step, attempt,
-                        task_id(run.nonces, run.run_id, step.id, attempt, run.fence))
+                        task_id(run.nonces, run.run_id, step.id, attempt, run.fence), fresh=True)
         await run.events.emit(StepDispatched(run_id=run.run_id, step_id=step.id,
                                              role=step.role, attempt=attempt))
 
 
-async def send_step(run: Run, step: Step, attempt: int, msg_id: str) -> None:
+async def send_step(run: Run, step: Step, attempt: int, msg_id: str, *,
+                    fresh: bool = False) -> None:
+    """Send a step's task; ``fresh``: its id was never used (a first dispatch), not the
+    id a previous owner may have stored it under (a re-send after a takeover)."""
     if step.tool is not None:
         args = run.scheduler.resolve_args(step)
         sent = step if args is step.args else msgspec.structs.replace(step, args=args)
@@ -53,7 +56,7 @@ async def send_step(run: Run, step: Step, attempt: int, msg_id: str) -> None:
     meta.task_id, meta.task_seq = msg_id, 0
     run.touch(step.id)
     await run.send(run.bus.subject(Verb.STEP, step.role), task, msg_id=msg_id,
-                   step_id=step.id)
+                   step_id=step.id, fresh=fresh)
 
 
 async def republish_ready(run: Run) -> None:

@@ -197,7 +197,9 @@ class RunSaver:
                 raise
             for sid, u in sent:
                 meta = run.meta.get(sid)
-                if meta is not None and meta.task_id == u.headers.get("Nats-Msg-Id"):
+                # (sent under a longer id if another message had taken its own: Bus._ours)
+                if meta is not None and u.headers.get("Nats-Msg-Id", "").startswith(
+                        meta.task_id):
                     meta.task_seq = u.seq
             if not self.unsettled and run.events.settled:
                 break

@@ -112,6 +112,8 @@ class Unsettled:
     """nats-py's future of the publish acknowledgement (None: sending failed at once)."""
     seq: int = 0
     """Its stream sequence, once ``settle`` confirmed it."""
+    fresh: bool = False
+    """Nobody of ours sent a message under its id before: a duplicate is someone else's."""
 
 
 class Bus:
@@ -167,8 +169,11 @@ class Bus:
             write()
 
     async def publish_soon(self, subj: str, message: Message, *, msg_id: str,
-                           headers: dict[str, str] | None = None) -> Unsettled:
+                           headers: dict[str, str] | None = None,
+                           fresh: bool = False) -> Unsettled:
         """Send to JetStream now, wait for the acknowledgement later (``settle``).
+        ``fresh``: no process of ours ever sent a message under ``msg_id``, so a duplicate
+        on the first try was stored by someone else (it is sent again under a new id).
 
         Messages sent this way on one connection are stored in the order they were sent;
         whoever acknowledges work that depends on them settles them first.
@@ -178,7 +183,7 @@ class Bus:
             future = await self.js.publish_async(subj, payload, headers=hdrs)
         except TRANSIENT:
             future = None  # settle() stores it the slow way
-        return Unsettled(subj, payload, hdrs, future)
+        return Unsettled(subj, payload, hdrs, future, fresh=fresh)
 
     async def settle(self, sent: Sequence[Unsettled]) -> None:
         """Wait until every message sent with ``publish_soon`` is stored (re-sending any
@@ -190,7 +195,8 @@ class Bus:
                 continue
             try:
                 ack = outcome(item.future)
-                if not ack.duplicate or await self._ours(ack, item.payload, item.headers):
+                if not ack.duplicate \
+                        or await self._ours(ack, item.payload, item.headers, item.fresh):
                     item.seq = int(ack.seq)
                     continue
             except UNCONFIRMED as exc:
@@ -231,7 +237,7 @@ class Bus:
         while True:
             try:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
-                if not ack.duplicate or await self._ours(ack, payload, hdrs):
+                if not ack.duplicate or await self._ours(ack, payload, hdrs, fresh=False):
                     return int(ack.seq)
                 continue
             except APIError as exc:
@@ -256,15 +262,20 @@ class Bus:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
 
-    async def _ours(self, ack: Any, payload: bytes, hdrs: dict[str, str]) -> bool:
+    async def _ours(self, ack: Any, payload: bytes, hdrs: dict[str, str],
+                    fresh: bool) -> bool:
         """Is the message the stream kept for our de-duplicated publish ours? If another
         participant stored one under our id first, ``hdrs`` gets a new id to send ours
-        under (False), so nothing waits on a message that will never come."""
+        under (False), so nothing waits on a message that will never come. A ``fresh``
+        id (never sent by us) was taken whatever the stream still holds; another is ours
+        if the stored bytes are, or if they are gone (taken off a work queue: our ids are
+        keyed, ``runtime.nonces``) or not ours to read."""
         try:
             stored = await self.js.get_msg(ack.stream, ack.seq)
-        except Exception:  # taken off the work queue already, or we may not read it:
-            return True   # our ids are keyed (runtime.nonces), so it was ours
-        if stored.data == payload:
+            ours = stored.data == payload
+        except Exception:
+            ours = not fresh
+        if ours:
             return True
         taken = hdrs["Nats-Msg-Id"]
         hdrs["Nats-Msg-Id"] = f"{taken}/{nuid()}"

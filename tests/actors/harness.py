@@ -35,6 +35,7 @@ from protocols import (
 )
 from runtime.bus import Bus
 from runtime.client import follow, submit
+from runtime.nonces import Nonces
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.team import TeamConfig, team_from_dict
@@ -54,6 +55,10 @@ E = TypeVar("E")
 
 RUN_TIMEOUT = 60.0
 """A guard against a hung run (the test fails instead of waiting for pytest's timeout)."""
+
+NONCES = Nonces("")
+"""The nonces of a planner with no secret (as in these tests): a test that forges an
+answer with them plays an executor that received the task, to test what is checked next."""
 
 WORKER_TOOLS = ["echo", "math", "sleep", "python"]
 

@@ -17,7 +17,7 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import echo, finish, plan_line, run_team, watch_outcomes
+from .harness import NONCES, echo, finish, plan_line, run_team, watch_outcomes
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,8 @@ async def test_a_result_claiming_an_attempt_no_longer_wanted_changes_nothing(
                 await bus.publish_durable(
                     bus.subject(Verb.RESULT, run_id, "worker"),
                     StepResult(run_id=run_id, step_id=1, attempt=2, ok=True, output="forged",
-                               executor="worker/elsewhere", delivery=1, claims=True))
+                               executor="worker/elsewhere", delivery=1, claims=True,
+                               nonce=NONCES.task(run_id, 1, 2)))
                 return
 
     out = await run_team(nats_url, prefix, [

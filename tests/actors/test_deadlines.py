@@ -31,7 +31,7 @@ from runtime.bus import Bus
 from runtime.client import cancel, follow
 from runtime.testing import Latency, Rule
 
-from .harness import echo, finish, plan_line, run_team
+from .harness import NONCES, echo, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -140,7 +140,8 @@ async def test_a_result_from_a_sender_that_never_claimed_is_refused_on_the_event
             if isinstance(event, StepStarted) and event.step_id == 1:
                 await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "worker"), StepResult(
                     run_id=run_id, step_id=1, attempt=1, ok=True, output="forged",
-                    executor="worker/never-claimed", delivery=1))
+                    executor="worker/never-claimed", delivery=1,
+                    nonce=NONCES.task(run_id, 1, 1)))
                 break
         told.append(decode((await sub.next_msg(timeout=30)).data, ActorError))
 

@@ -16,7 +16,7 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import finish, plan_line, run_team, watch_outcomes
+from .harness import NONCES, finish, plan_line, run_team, watch_outcomes
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +69,7 @@ async def test_each_element_of_a_batch_is_judged_on_its_own(nats_url: str, prefi
             if isinstance(event, StepStarted):
                 forged = StepResult(run_id=run_id, step_id=1, attempt=2, ok=True,
                                     output="forged", executor="worker/elsewhere", delivery=1,
-                                    claims=True)
+                                    claims=True, nonce=NONCES.task(run_id, 1, 2))
                 await bus.publish_durable(
                     bus.subject(Verb.RESULT, run_id, "worker"),
                     StepOutcomes(run_id=run_id, outcomes=[

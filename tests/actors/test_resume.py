@@ -3,9 +3,11 @@ saved state into that state: the log is continued, never contradicted."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import msgspec
 
-from actors.resume import fold
+from actors.resume import fold as _fold
 from actors.run_state import RunState, StepMeta
 from protocols import (
     PlanFinished,
@@ -24,10 +26,13 @@ from protocols import (
     UsageRecorded,
 )
 from runtime.events import identity
+from runtime.nonces import Nonces
 from runtime.scheduler import Scheduler
 from runtime.step_states import StepState
 
 RUN = "run-1"
+NONCES = Nonces("")
+fold = partial(_fold, nonces=NONCES)
 
 
 def step(sid: int, *deps: int) -> Step:
@@ -61,7 +66,7 @@ def test_steps_planned_and_dispatched_after_the_last_save_stand_as_announced() -
     s = state.scheduler
     assert s.state(2) is StepState.RUNNING and s.state(3) is StepState.PENDING and s.closed
     assert state.meta[2].claimants == {"worker/a#1"} and state.meta[2].beats == 0.5
-    assert out.republish == {2: f"{RUN}/2/1/f7"}  # sent again under its old id
+    assert out.republish == {2: NONCES.msg_id(f"{RUN}/2/1/f7")}  # sent again under its old id
     assert out.last_seq == 14 and state.record.plan_closed
 
 

@@ -28,7 +28,7 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Latency, Rule
 
-from .harness import echo, finish, plan_line, run_team
+from .harness import NONCES, echo, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +107,7 @@ async def test_results_of_a_delivery_or_attempt_nobody_claimed_are_refused(
                         bus.subject(Verb.RESULT, run_id, "worker"),
                         StepResult(run_id=run_id, step_id=1, attempt=attempt, ok=True,
                                    output="forged", executor=event.executor,
-                                   delivery=delivery))
+                                   delivery=delivery, nonce=NONCES.task(run_id, 1, attempt)))
                 return
 
     out = await run_team(nats_url, prefix, [  # the step outlasts the patience for early results
