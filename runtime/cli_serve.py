@@ -35,8 +35,7 @@ def serve(
 ) -> None:
     """Serve the HTTP gateway: submit runs, list them, stream their events (SSE).
 
-    Every request but the dashboard page needs the gateway's token (printed at start, kept
-    in gateway.token in the data directory, or PLANCAST_GATEWAY_TOKEN)."""
+    Every request but the dashboard page needs the token it prints at start."""
     setup_logging(verbose, quiet=True)
     try:
         import uvicorn

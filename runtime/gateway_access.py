@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Iterable
@@ -41,6 +42,8 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOCAL_NAMES = frozenset({"localhost"})
 """Host names always answered, besides IP literals (which no DNS can rebind)."""
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::\d{1,5})?")
+"""A Host header: a name or address, and maybe a port (nothing else, no user part)."""
 
 
 class GatewayAccessError(PlancastError):
@@ -84,12 +87,10 @@ class Access:
 
     def answers_host(self, host: str) -> bool:
         """Whether ``host`` (a Host header) names this gateway: never a DNS name rebound."""
-        try:
-            name = urlsplit(f"//{host}").hostname
-        except ValueError:
+        match = HOST_HEADER.fullmatch(host)
+        if match is None:
             return False
-        if not name:
-            return False
+        name = (match["ipv6"] or match["name"]).lower()
         if name in LOCAL_NAMES or name in self.hosts:
             return True
         try:
