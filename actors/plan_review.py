@@ -41,6 +41,24 @@ if TYPE_CHECKING:
 HELD = (StepState.PENDING, StepState.READY)
 
 
+def review_mode(team_mode: str, request_mode: str | None) -> str:
+    """Who reviews a run's plans: the team's reviewer when its file names one, else the one
+    the run asked for ("off" if none). A request can add review, never drop or change it."""
+    return team_mode if team_mode != "off" else request_mode or "off"
+
+
+def request_problem(team_mode: str, request_mode: str | None) -> str:
+    """Why a request's ``review_plan`` cannot be granted ("" if it can). Only a team
+    without review lets a run choose: "human" lets any client (the submitter too) approve
+    instead of the critic checking the team's ``plan_policy``, and "auto" replaces the
+    person the team asked for by a model, so neither is stricter than the other."""
+    if request_mode is None or review_mode(team_mode, request_mode) == request_mode:
+        return ""
+    return (f"the run asks for review_plan = {request_mode!r}, but this team reviews every "
+            f"plan (review_plan = {team_mode!r} in its team file) and a run cannot change "
+            f"that: leave review_plan out of the request (or set it to {team_mode!r})")
+
+
 def digest(steps: list[Step]) -> str:
     """A short name for exactly these steps: a decision approves what its sender saw."""
     return hashlib.sha256(msgspec.json.encode(steps)).hexdigest()[:16]

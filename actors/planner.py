@@ -65,7 +65,7 @@ from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
 from runtime.subteams import plan_roles, request_problem
 
-from . import outcomes, run_timers
+from . import outcomes, plan_review, run_timers
 from .liveness import Liveness
 from .resume import Tail, fold, planned_steps, read_tail
 from .run import Run
@@ -136,7 +136,10 @@ class Planner(RoleActor):
                 f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
                 "the team file); submit again once some have ended, or start another planner")))
             return
-        if problem := request_problem(self.ctx.team, request):
+        problem = (request_problem(self.ctx.team, request)
+                   or plan_review.request_problem(self.ctx.team.review_plan,
+                                                  request.review_plan))
+        if problem:
             await delivery.respond(RunRejected(reason=problem))
             return
         if request.plan is not None:  # a saved plan: checked like a model's, before it runs

@@ -37,7 +37,7 @@ from runtime.errors import ModelConfigError, ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_of
 from runtime.step_states import StepState
 
-from . import delegation, outcomes, run_dispatch, run_save, run_state
+from . import delegation, outcomes, plan_review, run_dispatch, run_save, run_state
 from .resume import Tail
 from .run_plan import plan_round
 from .run_save import RunSaver
@@ -75,8 +75,10 @@ class Run:
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
         self.stream_plan = bool(planner.config.options.get("stream_plan", True))
         """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
-        self.review_mode = self.request.review_plan or self.team.review_plan
-        """``off``, or who approves each plan round before it runs (``plan_review``)."""
+        self.review_mode = plan_review.review_mode(self.team.review_plan,
+                                                   self.request.review_plan)
+        """``off``, or who approves each plan round before it runs: the team's, else the
+        request's (``plan_review``)."""
         self.awaiting: tuple[int, str] | None = None
         """The round and digest of the plan awaiting approval, while one does."""
         self.plan_decision: PlanDecision | None = None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated
 
 import typer
@@ -16,38 +17,84 @@ from .connection import open_bus
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Address to listen on: loopback unless you name another (0.0.0.0: every "
+             "interface; plain HTTP, so put TLS in front).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
+    allow_origin: Annotated[list[str] | None, typer.Option(
+        help="An origin (scheme://host[:port]) whose pages may call the gateway besides its "
+             "own, e.g. the proxy's in front of it (repeatable).")] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        help="A host name the gateway answers to besides localhost, IP addresses and "
+             "--host, e.g. the machine's name (repeatable).")] = None,
     nats: NatsOpt = None,
     creds: CredsOpt = None,
     prefix: PrefixOpt = None,
     connect_timeout: ConnectTimeoutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Serve the HTTP gateway: submit runs, list them, stream their events (SSE)."""
+    """Serve the HTTP gateway: submit runs, list them, stream their events (SSE).
+
+    Every request but the dashboard page needs the token it prints at start."""
     setup_logging(verbose, quiet=True)
     try:
         import uvicorn
 
         from .gateway import gateway
+        from .gateway_access import TOKEN_FILE, Access, GatewayAccessError, gateway_token
     except ImportError as exc:
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
         raise typer.Exit(2) from None
     settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "serve")
+    try:
+        token = gateway_token(settings.data_dir, settings.gateway_token)
+        access = Access.of(token, bound=host, origins=allow_origin or (),
+                           hosts=allow_host or ())
+    except (GatewayAccessError, OSError) as exc:
+        print_error(f"plancast serve: {exc}")
+        raise typer.Exit(2) from None
 
     async def main() -> int:
         # Connected before serving: an unreachable NATS is one line, not a failed start-up.
         async with open_bus(settings, ensure_streams=False) as bus:
-            config = uvicorn.Config(gateway(bus), host=host, port=port, lifespan="off",
-                                    log_level="debug" if verbose else "warning")
-            err_console.print(f"gateway for {settings.nats_url} (prefix {settings.prefix}) "
-                              f"on http://{host}:{port}; OpenAPI at /openapi.json",
-                              markup=False, highlight=False, soft_wrap=True)
+            config = uvicorn.Config(gateway(bus, access), host=host, port=port,
+                                    lifespan="off", log_level="debug" if verbose else "warning")
+            base = f"http://{_url_host(host)}:{port}"
+            kept = ("from PLANCAST_GATEWAY_TOKEN" if settings.gateway_token
+                    else f"kept in {settings.data_dir / TOKEN_FILE}")
+            err_console.print(
+                f"gateway for {settings.nats_url} (prefix {settings.prefix}) on {base}; "
+                f"OpenAPI at /openapi.json\n"
+                f"dashboard: {base}/?token={token}\n"
+                f"API clients send `Authorization: Bearer <token>` (the token {kept})",
+                markup=False, highlight=False, soft_wrap=True)
+            if not _loopback(host):
+                err_console.print(
+                    f"warning: listening on {host}, beyond this machine: anyone who can "
+                    "reach it and holds the token may run code on your team; the token "
+                    "travels in plain HTTP unless a TLS proxy is in front",
+                    markup=False, highlight=False, soft_wrap=True)
             await uvicorn.Server(config).serve()
         return 0
 
     _run_async(main, verbose=verbose)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    """How a browser on this machine reaches a gateway listening on ``host``."""
+    if host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 @app.command()

@@ -63,6 +63,11 @@ class RunNotAccepted(PlancastError):
     """The planner refused the run, or no planner answered."""
 
 
+class RunRefused(RunNotAccepted):
+    """A planner answered ``run.rejected``: the request itself cannot run (the reason says
+    what to change), unlike no planner answering."""
+
+
 class RunStalled(PlancastError):
     """A followed run published no event for longer than the caller's ``idle_timeout``."""
 
@@ -108,7 +113,7 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
                 await anyio.sleep(min(0.2, left))
     if isinstance(reply, RunAccepted):
         return reply
-    raise RunNotAccepted(reply.reason)
+    raise RunRefused(reply.reason)
 
 
 async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -> None:

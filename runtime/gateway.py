@@ -6,6 +6,8 @@ It is one more NATS client (it runs anywhere): ``POST /runs`` submits, ``GET /ru
 as Server-Sent Events, each ``data:`` the event's JSON exactly as on the wire and each
 ``id:`` its sequence number, so a client that reconnects with ``Last-Event-ID`` resumes
 without gaps or repeats. Needs the ``serve`` extra (starlette, uvicorn, sse-starlette).
+Every request but ``GET /`` and ``GET /openapi.json`` needs the gateway's token
+(``runtime.gateway_access``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import msgspec
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -32,7 +35,8 @@ from protocols import (
 from protocols.codec import UNREADABLE
 
 from .bus import Bus
-from .client import RunNotAccepted, follow, submit
+from .client import RunNotAccepted, RunRefused, follow, submit
+from .gateway_access import Access, Guard
 from .review import NothingAwaitsApproval, decide_plan, plan_awaiting
 from .status import collect_runs, read_run
 
@@ -40,9 +44,10 @@ PING = 15.0
 """Seconds between keep-alive comments on an idle event stream."""
 
 
-def gateway(bus: Bus) -> Starlette:
-    """The ASGI application, serving the deployment ``bus`` is connected to."""
-    app = Starlette(routes=[
+def gateway(bus: Bus, access: Access) -> Starlette:
+    """The ASGI application, serving the deployment ``bus`` is connected to to those that
+    ``access`` lets in."""
+    app = Starlette(middleware=[Middleware(Guard, access=access)], routes=[
         Route("/runs", submit_run, methods=["POST"]),
         Route("/runs", list_runs, methods=["GET"]),
         Route("/runs/{run_id}", get_run, methods=["GET"]),
@@ -77,6 +82,8 @@ async def submit_run(request: Request) -> Response:
         return _error(422, f"not a run.request: {exc}")
     try:
         accepted: RunAccepted = await submit(_bus(request), run_request)
+    except RunRefused as exc:
+        return _error(422, f"the planner refused the run: {exc}")
     except RunNotAccepted as exc:
         return _error(503, str(exc))
     return _json(accepted, 202)
@@ -185,7 +192,8 @@ OPENAPI: dict[str, Any] = {
                      "responses": {
                          "202": {"description": "accepted", "content": {"application/json": {
                              "schema": {"$ref": "#/components/schemas/RunAccepted"}}}},
-                         "422": {"description": "not a valid run.request"},
+                         "422": {"description": "not a valid run.request, or the planner "
+                                                "refused it (run.rejected: the reason)"},
                          "503": {"description": "no planner accepted it"}}},
             "get": {"summary": "The most recent runs",
                     "parameters": [{"name": "limit", "in": "query",
@@ -226,5 +234,11 @@ OPENAPI: dict[str, Any] = {
                                    "422": {"description": "not a plan decision"}}},
         },
     },
-    "components": {"schemas": _SCHEMAS},
+    "components": {"schemas": _SCHEMAS, "securitySchemes": {"token": {
+        "type": "http", "scheme": "bearer",
+        "description": "The token `plancast serve` prints (kept in gateway.token in its data "
+                       "directory, or PLANCAST_GATEWAY_TOKEN). A request with another "
+                       "Origin than the gateway's is refused 403, a POST whose body is not "
+                       "application/json 415."}}},
+    "security": [{"token": []}],
 }

@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     The server reserves it per stream. Full work and results streams refuse new messages;
     the events and dead-letter streams drop their oldest."""
 
+    gateway_token: str | None = Field(default=None, repr=False)
+    """The token every request to ``plancast serve`` carries (``Authorization: Bearer``);
+    None: the one kept in ``gateway.token`` in ``data_dir``, made at the first start."""
+
     tracing: bool = False
     """Record OpenTelemetry spans (the ``otel`` extra); the standard ``OTEL_*`` variables
     (an exporter or an OTLP endpoint) turn it on too. See ``runtime.telemetry``."""

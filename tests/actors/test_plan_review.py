@@ -15,15 +15,20 @@ from protocols import (
     PlanAwaitingApproval,
     PlanRejected,
     RunEvent,
+    RunRequest,
     Step,
     StepDispatched,
 )
 from runtime.bus import Bus
-from runtime.client import follow
+from runtime.client import RunRefused, follow, submit
+from runtime.connection import open_bus
+from runtime.process import open_deployment
 from runtime.review import decide_plan
-from runtime.testing import Rule
+from runtime.settings import Settings
+from runtime.testing import Rule, Scenario, open_scripted_model_server
+from runtime.tools import builtin_tools
 
-from .harness import echo, finish, last_user_message, run_team
+from .harness import echo, finish, last_user_message, make_team, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -159,3 +164,30 @@ async def test_auto_review_rejects_a_plan_that_breaks_its_policy(
     assert [e.reviewer for e in out.of(PlanAwaitingApproval)] == ["auto", "auto"]
     assert all(POLICY in last_user_message(r) for r in out.by_role("critic"))
     assert 3 not in {e.step_id for e in out.of(StepDispatched)}
+
+
+@pytest.mark.parametrize(("team_mode", "asked", "granted"), [
+    ("human", "off", False), ("human", "auto", False), ("human", "human", True),
+    ("auto", "off", False), ("auto", "human", False), ("off", "human", True)])
+async def test_a_run_request_cannot_drop_or_change_the_review_its_team_requires(
+    nats_url: str, prefix: str, team_mode: str, asked: str, granted: bool
+) -> None:
+    """A client on NATS (its own connection, as ``plancast run`` or the gateway) asking for
+    less review, or another reviewer, than the team file says is refused with a reason that
+    says what to do; a team with no review lets the run ask for one."""
+    rules = [Rule(role="planner", lines=PLAN), finish("done")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        team = make_team(model.base_url, CRITIC, review_plan=team_mode)
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, team, builtin_tools(plugins=False)), \
+                open_bus(settings, ensure_streams=False) as client:
+            request = RunRequest(goal="greet", review_plan=asked)  # type: ignore[arg-type]
+            if not granted:
+                with pytest.raises(RunRefused) as refused:
+                    await submit(client, request)
+                assert f"review_plan = {team_mode!r} in its team file" in str(refused.value)
+                assert "leave review_plan out of the request" in str(refused.value)
+                return
+            accepted = await submit(client, request)
+            awaiting, _ = await _awaiting(client, accepted.run_id)
+            assert awaiting.reviewer == asked

@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
 from protocols import RunFailed, RunRequest
@@ -27,7 +26,7 @@ from runtime.tools import builtin_tools
 
 from ..actors.harness import echo, finish, make_team, plan_line
 from ..subprocesses import ROOT
-from .test_gateway import serving_gateway
+from .test_gateway import Gateway, serving_gateway
 
 playwright = pytest.importorskip("playwright.async_api")
 CHROMIUM = shutil.which("chromium")
@@ -50,14 +49,16 @@ async def test_the_dashboard_shows_a_run_live_and_late(
         settings = Settings(nats_url=nats_url, prefix=prefix)
         team = make_team(model.base_url, step_attempts=1)
         async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus, \
-                serving_gateway(nats_url, prefix, tmp_path) as url, \
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
                 playwright.async_playwright() as p:
+            url = served.url
             browser = await _launch(p)
             page = await browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             accepted = await submit(bus, RunRequest(goal="show me", max_replans=0))
-            await page.goto(f"{url}/#{accepted.run_id}")
+            await page.goto(f"{url}/?token={served.token}#{accepted.run_id}")
+            assert page.url == f"{url}/#{accepted.run_id}"  # the token is kept, not shown
             # Live: step 2 is drawn running before the run ends.
             await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await page.screenshot(path=tmp_path / "dashboard-live.png", full_page=True)
@@ -65,7 +66,7 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             live = await _states(page)
             # Late: a new page replays the ended run from its first event.
             late = await browser.new_page()
-            await late.goto(f"{url}/#{accepted.run_id}")
+            await late.goto(f"{url}/?token={served.token}#{accepted.run_id}")
             await late.wait_for_selector("#outcome.failed")
             assert await _states(late) == live == {"1": "done", "2": "done", "3": "failed"}
             assert (await late.text_content("#outcome") or "").startswith("failed (")
@@ -82,8 +83,15 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             await late.screenshot(path=tmp_path / "dashboard-late.png", full_page=True)
             # The run list links to the run.
             listing = await browser.new_page()
-            await listing.goto(url)
+            await listing.goto(f"{url}/?token={served.token}")
             await listing.wait_for_selector(f'tr[data-run="{accepted.run_id}"]')
+            await listing.goto(f"{url}/#{accepted.run_id}")  # the same origin keeps it
+            await listing.wait_for_selector("#outcome.failed")
+            # Without the token the page says where to find it, and shows nothing.
+            stranger = await browser.new_page()
+            await stranger.goto(url)
+            await stranger.wait_for_selector("#no-token:not([hidden])")
+            assert await stranger.query_selector_all("tr[data-run]") == []
             await browser.close()
             events = [e async for e in follow(bus, accepted.run_id)]
     assert errors == [], errors
@@ -104,12 +112,12 @@ FANOUT_GOAL = "Add up the squares of 1 to 12, and check the sum with a closed-fo
 async def test_the_dashboard_follows_the_fanout_example_to_its_answer(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    async with _fanout(nats_url, prefix, tmp_path, _fanout_scenario()) as (url, browser):
+    async with _fanout(nats_url, prefix, tmp_path, _fanout_scenario()) as (served, browser):
         page = await browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        run_id = await _post_run(url, {"goal": FANOUT_GOAL})
-        await page.goto(f"{url}/#{run_id}")
+        run_id = await _post_run(served, {"goal": FANOUT_GOAL})
+        await page.goto(f"{served.url}/?token={served.token}#{run_id}")
         # Live: the plan is drawn while steps run, before the run ends.
         await page.wait_for_selector('#dag g.node rect.running, #dag g.node rect.reviewing')
         assert not await page.query_selector("#outcome.finished")
@@ -139,10 +147,10 @@ async def test_the_failed_only_filter_shows_the_fanout_step_whose_tool_failed(
 ) -> None:
     """The same example with step 13's arithmetic dividing by zero, and no replans."""
     async with _fanout(nats_url, prefix, tmp_path, _fanout_scenario(failing=True)) \
-            as (url, browser):
+            as (served, browser):
         page = await browser.new_page()
-        run_id = await _post_run(url, {"goal": FANOUT_GOAL, "max_replans": 0})
-        await page.goto(f"{url}/#{run_id}")
+        run_id = await _post_run(served, {"goal": FANOUT_GOAL, "max_replans": 0})
+        await page.goto(f"{served.url}/?token={served.token}#{run_id}")
         await page.wait_for_selector("#outcome.failed", timeout=90_000)
         states = await _states(page)
         assert states["13"] == "failed"
@@ -167,7 +175,7 @@ def _fanout_scenario(*, failing: bool = False) -> Scenario:
 
 @asynccontextmanager
 async def _fanout(nats_url: str, prefix: str, tmp_path: Path,
-                  scenario: Scenario) -> AsyncIterator[tuple[str, Any]]:
+                  scenario: Scenario) -> AsyncIterator[tuple[Gateway, Any]]:
     """The fan-out example's team on its scripted model (three times slower, so the run is
     seen live), the gateway, and a browser."""
     async with open_scripted_model_server(scenario, time_scale=3) as model:
@@ -176,17 +184,17 @@ async def _fanout(nats_url: str, prefix: str, tmp_path: Path,
         team = team_from_dict(data, source="examples/fanout/team.toml")
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, team, builtin_tools(plugins=False)), \
-                serving_gateway(nats_url, prefix, tmp_path) as url, \
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
                 playwright.async_playwright() as p:
             browser = await _launch(p)
             try:
-                yield url, browser
+                yield served, browser
             finally:
                 await browser.close()
 
 
-async def _post_run(url: str, body: dict[str, Any]) -> str:
-    async with httpx2.AsyncClient(base_url=url) as client:
+async def _post_run(served: Gateway, body: dict[str, Any]) -> str:
+    async with served.client() as client:
         response = await client.post("/runs", json=body)
     assert response.status_code == 202, response.text
     return str(response.json()["run_id"])

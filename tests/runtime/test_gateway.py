@@ -6,6 +6,7 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from protocols import PlanApproved, PlanAwaitingApproval, RunFinished, encode
 from runtime.client import follow
 from runtime.embedded import free_port
+from runtime.gateway_access import TOKEN_FILE
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.testing import Scenario, open_scripted_model_server
@@ -28,18 +30,39 @@ from .test_cli import RULES
 pytestmark = pytest.mark.anyio
 
 
+@dataclass(frozen=True)
+class Gateway:
+    """A running ``plancast serve``: its base URL and the token it made."""
+
+    url: str
+    token: str
+    data_dir: Path
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, **options: Any) -> httpx2.AsyncClient:
+        """An HTTP client that holds the token."""
+        return httpx2.AsyncClient(base_url=self.url, headers=self.auth, timeout=30, **options)
+
+
 @asynccontextmanager
-async def serving_gateway(nats_url: str, prefix: str, cwd: Path) -> AsyncIterator[str]:
-    """``plancast serve`` in a process of its own; yields its base URL once it listens."""
+async def serving_gateway(nats_url: str, prefix: str, cwd: Path,
+                          *args: str, **env: str) -> AsyncIterator[Gateway]:
+    """``plancast serve`` in a process of its own, its data directory in ``cwd``; yields it
+    once it listens."""
     port = free_port()
+    data_dir = cwd / "gateway-data"
     server = await anyio.open_process(
-        [PLANCAST, "serve", "--port", str(port), "--nats", nats_url, "--prefix", prefix],
-        cwd=cwd, env=clean_env())
+        [PLANCAST, "serve", "--port", str(port), "--nats", nats_url, "--prefix", prefix,
+         *args], cwd=cwd, env=clean_env(PLANCAST_DATA_DIR=str(data_dir), **env))
     try:
         with anyio.fail_after(30):
             while not _listening(port):  # noqa: ASYNC110 - another process
                 await anyio.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        token = env.get("PLANCAST_GATEWAY_TOKEN") or (data_dir / TOKEN_FILE).read_text().strip()
+        yield Gateway(f"http://127.0.0.1:{port}", token, data_dir)
     finally:
         server.terminate()
         with anyio.fail_after(30):
@@ -74,8 +97,8 @@ async def test_a_client_submits_follows_resumes_and_reads_a_run_over_http(
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, make_team(model.base_url),
                                    builtin_tools(plugins=False)) as bus, \
-                serving_gateway(nats_url, prefix, tmp_path) as url, \
-                httpx2.AsyncClient(base_url=url, timeout=30) as client:
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                served.client() as client:
             found = await _exercise(client, bus)
     events, resumed, wire = found
     assert [e["id"] for e in events] == [str(n) for n in range(1, len(wire) + 1)]
@@ -86,7 +109,8 @@ async def test_a_client_submits_follows_resumes_and_reads_a_run_over_http(
 
 async def _exercise(client: httpx2.AsyncClient, bus: Any) -> tuple[Any, Any, Any]:
     """Everything a client does, with the checks that need the server up."""
-    bad = await client.post("/runs", content=b'{"goal": ""}')
+    bad = await client.post("/runs", content=b'{"goal": ""}',
+                            headers={"Content-Type": "application/json"})
     assert bad.status_code == 422 and "goal" in bad.json()["error"]
     accepted = await client.post("/runs", json={"goal": "greet the world"})
     assert accepted.status_code == 202, accepted.text
@@ -113,8 +137,8 @@ async def test_a_plan_awaiting_approval_is_read_and_approved_over_http(
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, make_team(model.base_url),
                                    builtin_tools(plugins=False)) as bus, \
-                serving_gateway(nats_url, prefix, tmp_path) as url, \
-                httpx2.AsyncClient(base_url=url, timeout=30) as client:
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                served.client() as client:
             accepted = await client.post("/runs", json={"goal": "greet the world",
                                                         "review_plan": "human"})
             run_id = accepted.json()["run_id"]
