@@ -43,6 +43,8 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("password", "NATS_PASSWORD")
     )
     token: str | None = Field(default=None, validation_alias=AliasChoices("token", "NATS_TOKEN"))
+    """The server's token. For the local deployment (no URL given) plancast fills in the
+    secret of its store (``<data_dir>/nats/deployment.secret``), whatever was set here."""
     tls_ca: Path | None = Field(default=None, validation_alias=AliasChoices("tls_ca", "NATS_CA"))
     tls_cert: Path | None = Field(
         default=None, validation_alias=AliasChoices("tls_cert", "NATS_CERT")
@@ -52,7 +54,7 @@ class Settings(BaseSettings):
     prefix: str = DEFAULT_PREFIX
     """Subject prefix; deployments sharing a NATS server stay apart by prefix."""
     data_dir: Path = Field(default_factory=default_data_dir)
-    """Where the embedded nats-server keeps JetStream data."""
+    """Where the embedded nats-server keeps JetStream data, its URL and its secret (0700)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas for streams and buckets (3 on a three-node cluster)."""
     roles_file: Path | None = None
