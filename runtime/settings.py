@@ -42,7 +42,10 @@ class Settings(BaseSettings):
     password: str | None = Field(
         default=None, validation_alias=AliasChoices("password", "NATS_PASSWORD")
     )
-    token: str | None = Field(default=None, validation_alias=AliasChoices("token", "NATS_TOKEN"))
+    token: str | None = Field(default=None, validation_alias=AliasChoices("token", "NATS_TOKEN"),
+                              repr=False)
+    """The server's token. For the local deployment (no URL given) plancast fills in the
+    secret of its store (``<data_dir>/nats/deployment.secret``), whatever was set here."""
     secret: str | None = Field(default=None, repr=False)
     """The planners' shared secret (``PLANCAST_SECRET``): the key of task nonces and of the
     ids of the planner's messages (``runtime.nonces``). Default: the ``secret`` in a
@@ -56,7 +59,7 @@ class Settings(BaseSettings):
     prefix: str = DEFAULT_PREFIX
     """Subject prefix; deployments sharing a NATS server stay apart by prefix."""
     data_dir: Path = Field(default_factory=default_data_dir)
-    """Where the embedded nats-server keeps JetStream data."""
+    """Where the embedded nats-server keeps JetStream data, its URL and its secret (0700)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """JetStream replicas for streams and buckets (3 on a three-node cluster)."""
     roles_file: Path | None = None

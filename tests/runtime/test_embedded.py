@@ -218,11 +218,12 @@ async def test_cluster_keeps_r3_stream_when_its_leader_dies(
 
 def test_a_store_held_by_one_embedded_server_is_found_and_never_shared(tmp_path: Path) -> None:
     from runtime.local import StoreInUse, holding, running
+    from runtime.private_files import write_private
 
     store = tmp_path / "nats"
     assert running(store) is None
     with holding(store) as url_file:
-        url_file.write_text("nats://127.0.0.1:4999")
+        write_private(url_file, "nats://127.0.0.1:4999")
         assert running(store) == "nats://127.0.0.1:4999"
         with pytest.raises(StoreInUse, match="PLANCAST_DATA_DIR"), holding(store):
             pass
