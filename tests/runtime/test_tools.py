@@ -382,6 +382,28 @@ async def test_http_get_refuses_addresses_only_the_worker_should_reach(host: str
         await HttpGetTool(timeout=3).run({"url": f"http://{host}:9/"})
 
 
+@pytest.mark.parametrize("host", [
+    "[::7f00:1]", "[::127.0.0.1]", "[::a9fe:a9fe]",  # IPv4-compatible
+    "[::ffff:0:7f00:1]",  # IPv4-translated (SIIT)
+    "[64:ff9b::7f00:1]", "[64:ff9b::10.0.0.1]", "[64:ff9b::a9fe:a9fe]",  # NAT64
+    "[64:ff9b:1::7f00:1]", "[64:ff9b:1:7f00:0:100::]",  # local-use NAT64, any layout
+    "[2002:7f00:1::1]", "[2002:a9fe:a9fe::]", "[2002:c0a8:1:1::1]",  # 6to4
+    "[2001:0:4136:e378:8000:63bf:80ff:fffe]",  # Teredo, client 127.0.0.1 (bits inverted)
+    "[2001:0:a00:1::f5ff:fffe]",  # Teredo, server 10.0.0.1
+    "[2600::5efe:7f00:1]", "[2600::200:5efe:a9fe:a9fe]",  # ISATAP interface ids
+])
+async def test_http_get_refuses_ipv6_spellings_of_a_forbidden_ipv4_address(host: str) -> None:
+    with pytest.raises(ToolError, match=r"refused: .* add it to http_allow"):
+        await HttpGetTool(timeout=3).run({"url": f"http://{host}:9/"})
+
+
+async def test_http_get_allows_what_the_team_allows_in_any_spelling(http_url: str) -> None:
+    """``http_allow`` names the IPv4 address; its IPv4-mapped spelling reaches it too."""
+    port = http_url.rsplit(":", 1)[1]
+    out = await HttpGetTool(allow=LOCAL).run({"url": f"http://[::ffff:127.0.0.1]:{port}/hello"})
+    assert out == "HTTP 200 OK\n\nhéllo world"
+
+
 async def test_http_get_checks_every_redirect(http_url: str) -> None:
     """An allowed host that redirects to one that is not: refused at the redirect."""
     port = http_url.rsplit(":", 1)[1]
