@@ -78,6 +78,10 @@ def step_cgroup_layout() -> CgroupLayout | None:
     limited as a whole, or that they are not."""
     reasons: list[str] = []
     layout = _find_v2(reasons) or _find_v1(reasons)
+    configured = os.environ.get(ENV_VAR)
+    if configured and (layout is None or layout.parents != (Path(configured),)):
+        log.warning("python tool: %s=%s is not used (%s)", ENV_VAR, configured,
+                    "; ".join(reasons))
     if layout is not None:
         log.info("python tool: each step runs in a cgroup of its own: %s", layout)
     else:
@@ -247,6 +251,8 @@ def _own_cgroups() -> dict[str, str]:
 def _under_mount(mount_root: str, point: Path, path: str) -> Path | None:
     """Where the cgroup ``path`` appears under a mount of the subtree ``mount_root``."""
     inside = Path(path).relative_to("/")
+    if ".." in inside.parts:  # outside the cgroup namespace this mount shows
+        return None
     if mount_root != "/":
         try:
             inside = inside.relative_to(Path(mount_root).relative_to("/"))
@@ -287,7 +293,8 @@ def _find_v2(reasons: list[str]) -> CgroupLayout | None:
     for directory in candidates:
         try:
             enabled = (directory / "cgroup.subtree_control").read_text().split()
-        except OSError:
+        except OSError as exc:
+            reasons.append(f"{directory} is not a cgroup v2 directory we can read ({exc})")
             continue
         missing = [c for c in CONTROLLERS if c not in enabled]
         if configured and directory == Path(configured) and missing:
