@@ -4,8 +4,10 @@ The body is streamed and reading stops at ``max_bytes``, so a huge or endless re
 costs no more than the limit; only http and https URLs are fetched. A model must not reach
 what only the worker can: every host (the first and each redirect's) is resolved here and
 refused if any of its addresses is loopback, private, link-local (cloud metadata),
-multicast or otherwise not global, unless the team file allows it (``http_allow``); the
-request then goes to the address that was checked, so a second DNS answer cannot differ.
+multicast or otherwise not global, or an IPv6 address carrying such an IPv4 address (NAT64,
+6to4, Teredo, IPv4-mapped or -compatible ...: a translator or tunnel delivers to that),
+unless the team file allows it (``http_allow``); the request then goes to the address that
+was checked, so a second DNS answer cannot differ.
 """
 
 from __future__ import annotations
@@ -105,17 +107,24 @@ class HttpGetTool(StructTool[HttpGetArgs]):
         if url.host.lower() not in self.allow_hosts:
             for ip in addresses:
                 if not self._reachable(ip):
+                    carried = carried_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+                    carrying = f" (carrying {', '.join(map(str, carried))})" if carried else ""
                     raise ToolError(
-                        f"GET {url} refused: {url.host} is {ip}, a loopback, private, "
-                        "link-local or reserved address; add it to http_allow in the team "
-                        "file if the model may reach it")
+                        f"GET {url} refused: {url.host} is {ip}{carrying}, a loopback, "
+                        "private, link-local or reserved address; add it to http_allow in the "
+                        "team file if the model may reach it")
         return str(addresses[0])
 
     def _reachable(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        """Allowed by the team file, or global and not multicast, and so is every IPv4
+        address it carries (a translator or tunnel on the way would deliver to that)."""
         if any(ip in network for network in self.allow_networks):
             return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip.ipv4_mapped is not None:  # the socket speaks IPv4 to it
+                return self._reachable(ip.ipv4_mapped)
+            if ip in NAT64_LOCAL or not all(map(self._reachable, carried_ipv4(ip))):
+                return False
         return ip.is_global and not ip.is_multicast
 
     async def _read_body(self, response: httpx2.Response) -> tuple[bytes, bool]:
@@ -125,6 +134,34 @@ class HttpGetTool(StructTool[HttpGetArgs]):
             if len(body) > self.max_bytes:
                 return bytes(body[: self.max_bytes]), True
         return bytes(body), False
+
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): the last 32 bits are the IPv4 address reached."""
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+"""Local-use NAT64 (RFC 8215), refused whole: where the IPv4 address sits in it is each
+network's choice."""
+
+
+def carried_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses ``ip`` embeds: IPv4-mapped (``::ffff:a.b.c.d``), -compatible
+    (``::a.b.c.d``), -translated (``::ffff:0:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``), 6to4
+    (``2002:AABB:CCDD::``), Teredo (server and client, the client's bits inverted) and
+    ISATAP (an interface id of ``[02]00:5efe:a.b.c.d``)."""
+    value = int(ip)
+    low = ipaddress.IPv4Address(value & 0xFFFF_FFFF)
+    first_96 = value >> 32
+    isatap = first_96 & 0xFCFF_FFFF == 0x0000_5EFE  # the u/g bits of the id may be set
+    found = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if first_96 in (0, 0xFFFF_0000) or ip in NAT64 or isatap:
+        found.append(low)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
 
 
 def _checked_url(url: str) -> httpx2.URL:

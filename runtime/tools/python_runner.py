@@ -3,10 +3,12 @@
 Each run gets its own temporary working directory (removed afterwards), a minimal
 environment, no stdin, limits on address space, CPU time, file size and processes, a
 wall-clock timeout that kills the whole process group, and bounded output; by default
-inside bubblewrap (``sandbox.py``: no network, nothing of the worker's files), and it
-refuses to run without it unless the team file says ``sandbox = "none"``. A non-zero exit
-is a ToolError carrying the stderr tail, which is how the critic sees that code does not
-run.
+inside bubblewrap (``sandbox.py``: no network, nothing of the worker's files; a seccomp
+filter, ``seccomp.py``: no keyrings, namespaces or mounts), and it refuses to run without
+it unless the team file says ``sandbox = "none"``. Memory and processes are limited for
+the step as a whole by a cgroup of its own where the machine has one for us
+(``step_cgroup.py``), else per process. A non-zero exit is a ToolError carrying the stderr
+tail, which is how the critic sees that code does not run.
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ from ._base import StructTool
 from .code_inputs import INPUTS_FILE, bind_inputs
 from .context import current_step
 from .sandbox import NOBODY, SANDBOXES, WORKDIR, find_bwrap, sandboxed
+from .seccomp import UnsupportedArchitecture, filter_fd
+from .step_cgroup import StepCgroup, open_step_cgroup
 
 # Runs first in the child: set the limits, then replace itself with a clean interpreter.
+# A process limit of -1: none per user (the step's cgroup limits its processes instead).
 _PRELUDE = """\
 import os, resource, sys
 address_space, cpu_seconds, file_bytes, processes = map(int, sys.argv[1:])
@@ -44,10 +49,13 @@ resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+if processes >= 0:
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 os.execv(sys.executable, [sys.executable, "-I", "-X", "utf8", "main.py"])
 """
 MB = 1024 * 1024
+SANDBOX_PROCESSES = 2
+"""bubblewrap's own processes in a step's cgroup (its monitor and the namespace's init)."""
 _MAIN_LINE = re.compile(r'File "main\.py", line (\d+)')
 
 
@@ -111,13 +119,15 @@ class PythonRunner(StructTool[PythonArgs]):
         self.max_timeout = max_timeout
         """Upper bound on a timeout the call asks for."""
         self.memory_mb = memory_mb
-        """Address-space limit (RLIMIT_AS) of the child."""
+        """Memory of the step as a whole (its cgroup), and address space (RLIMIT_AS) of
+        each of its processes."""
         self.max_output_bytes = max_output_bytes
         """Bytes kept of stdout (the head) and of stderr (the tail)."""
         self.max_file_mb = max_file_mb
         """Largest file the program may write (RLIMIT_FSIZE)."""
         self.max_processes = max_processes
-        """Processes its user may have (RLIMIT_NPROC): a fork bomb stops there."""
+        """Processes (and threads) the step may have at once: a fork bomb stops there. Its
+        cgroup's limit; without one, RLIMIT_NPROC, shared by all steps of the user."""
         if sandbox not in SANDBOXES:
             raise ValueError(f"sandbox must be one of {SANDBOXES}, not {sandbox!r}")
         self.sandbox = sandbox
@@ -144,7 +154,7 @@ class PythonRunner(StructTool[PythonArgs]):
                     json.dumps({str(n): text for n, text in inputs.items()}), encoding="utf-8")
             if bwrap is not None and os.geteuid() == 0:  # the program runs as nobody
                 await anyio.to_thread.run_sync(_give_to_nobody, workdir)
-            returncode, stdout, stderr = await self._run(workdir, timeout, bwrap)
+            returncode, stdout, stderr, oom_kills = await self._run(workdir, timeout, bwrap)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_workdir, workdir)
@@ -156,24 +166,50 @@ class PythonRunner(StructTool[PythonArgs]):
         if returncode is None:
             raise ToolError(_failure(f"timed out after {timeout:g} s and was killed", errors))
         if returncode != 0:
-            raise ToolError(_failure(_exit_reason(returncode), errors))
+            reason = _exit_reason(returncode)
+            if oom_kills:
+                reason += (f" ({oom_kills} of its processes killed for going over the step's "
+                           f"memory limit of {self.memory_mb} MB)")
+            raise ToolError(_failure(reason, errors))
         out = stdout.text("stdout")
         return f"{out}\n[stderr]\n{errors}" if errors else out
 
     async def _run(self, workdir: Path, seconds: float,
-                   bwrap: str | None) -> tuple[int | None, _Capture, _Capture]:
-        """Run main.py in ``workdir``; the return code is None when ``seconds`` ran out."""
-        limits = [self.memory_mb * MB, math.ceil(seconds) + 1, self.max_file_mb * MB,
-                  self.max_processes]
+                   bwrap: str | None) -> tuple[int | None, _Capture, _Capture, int]:
+        """Run main.py in ``workdir`` in a cgroup of its own where there is one; the return
+        code is None when ``seconds`` ran out; last, how many processes the kernel killed
+        for the step's memory limit."""
+        async with open_step_cgroup(self.memory_mb * MB,
+                                    self.max_processes + SANDBOX_PROCESSES) as cgroup:
+            returncode, stdout, stderr = await self._run_in(workdir, seconds, bwrap, cgroup)
+            oom_kills = cgroup.oom_kills() if cgroup is not None else 0
+        return returncode, stdout, stderr, oom_kills
+
+    async def _run_in(self, workdir: Path, seconds: float, bwrap: str | None,
+                      cgroup: StepCgroup | None) -> tuple[int | None, _Capture, _Capture]:
+        processes = -1 if cgroup is not None else self.max_processes
+        limits = [self.memory_mb * MB, math.ceil(seconds) + 1, self.max_file_mb * MB, processes]
         command = [sys.executable, "-I", "-c", _PRELUDE, *map(str, limits)]
+        seccomp: int | None = None
         if bwrap is not None:
-            command = sandboxed(bwrap, workdir, command)
+            try:
+                seccomp = filter_fd()
+            except UnsupportedArchitecture as exc:
+                raise ToolError(f"the python tool cannot sandbox code here: {exc}") from None
+            command = sandboxed(bwrap, workdir, command, seccomp_fd=seccomp)
+        if cgroup is not None:
+            command = cgroup.entering(command)
         env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
         stdout = _Capture(self.max_output_bytes)
         stderr = _Capture(self.max_output_bytes, keep_tail=True)
-        process = await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True
-        )
+        try:
+            process = await anyio.open_process(
+                command, stdin=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True,
+                pass_fds=() if seccomp is None else (seccomp,),
+            )
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         returncode: int | None = None
         async with process:
             assert process.stdout is not None and process.stderr is not None

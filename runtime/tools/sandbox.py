@@ -5,6 +5,8 @@ The program sees a read-only ``/usr`` and Python's own installation, an empty pr
 worker's home, files, credentials or environment. It has no network (its own empty
 network namespace), its own process, IPC and host-name namespaces, and a new session.
 Killing bubblewrap kills the namespace's first process, and with it every process inside.
+A seccomp filter denies it the kernel's keyrings, new namespaces and mounts
+(``seccomp.py``); its memory and processes are limited per step (``step_cgroup.py``).
 
 Run as root, bubblewrap sets the namespaces up with root's rights and the program is
 switched to the ``nobody`` user (``setpriv``) before it starts: limits on the number of
@@ -43,9 +45,11 @@ def _system_binds() -> list[str]:
     return [*args, "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
 
 
-def sandboxed(bwrap: str, workdir: Path, command: list[str]) -> list[str]:
+def sandboxed(bwrap: str, workdir: Path, command: list[str], *,
+              seccomp_fd: int | None = None) -> list[str]:
     """``command`` (whose first item is this Python) wrapped to run inside the sandbox,
-    in ``workdir`` (seen as ``/work``)."""
+    in ``workdir`` (seen as ``/work``), under the seccomp filter read from ``seccomp_fd``
+    (``seccomp.py``; the descriptor must be passed to bubblewrap)."""
     python = os.path.realpath(sys.executable)
     base = os.path.realpath(sys.base_prefix)
     args = [bwrap, *_system_binds()]
@@ -59,6 +63,8 @@ def sandboxed(bwrap: str, workdir: Path, command: list[str]) -> list[str]:
              "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", WORKDIR,
              "--setenv", "TMPDIR", WORKDIR, "--setenv", "LANG", "C.UTF-8"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     inner = [python, *command[1:]]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"

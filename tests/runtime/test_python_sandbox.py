@@ -6,6 +6,8 @@ Real processes and a real bubblewrap (``.ci/run`` installs it), nothing mocked.
 
 from __future__ import annotations
 
+import platform
+import re
 import secrets
 import tempfile
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from runtime.errors import ToolArgumentsError, ToolError
 from runtime.tools import PythonRunner
 from runtime.tools.context import StepContext, current_step
+from runtime.tools.step_cgroup import step_cgroup_layout
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +37,14 @@ def _processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+async def _at_least(marker: str, count: int) -> bool:
+    """True once ``count`` processes carry ``marker`` (another step's, seen from the host)."""
+    with anyio.move_on_after(30):
+        while len(_processes_with(marker)) < count:  # noqa: ASYNC110 - not our children
+            await anyio.sleep(0.05)
+    return len(_processes_with(marker)) >= count
 
 
 async def _gone(marker: str) -> bool:
@@ -180,3 +191,167 @@ async def test_step_outputs_are_bound_as_data_never_spliced_into_the_program() -
             await runner.run({"code": "x = $2\nraise ValueError(x)"})
     finally:
         current_step.reset(token)
+
+
+# --- one step against another ------------------------------------------------------------
+
+_KEYRING_CALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
+_KEYRING = """\
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {calls}[platform.machine()]
+USER_KEYRING, SEARCH, READ, SET_TIMEOUT, REVOKE = -4, 10, 11, 15, 3
+"""
+
+
+async def test_a_key_one_step_stores_is_not_there_for_a_later_step() -> None:
+    """The kernel keeps a user's keyring after its processes end: a key stored by one step
+    of the sandbox user would be readable by the next step (another run, another tenant)."""
+    secret, name = secrets.token_hex(8), f"plancast-test-{secrets.token_hex(4)}"
+    prelude = _KEYRING.format(calls=_KEYRING_CALLS)
+    store = (prelude + f"key = libc.syscall(ADD_KEY, b'user', b'{name}', b'{secret}', 16, "
+             "USER_KEYRING)\n"
+             "if key > 0:\n"
+             "    libc.syscall(KEYCTL, SET_TIMEOUT, key, 60)  # never outlives the test\n"
+             "print('stored' if key > 0 else f'refused {ctypes.get_errno()}')\n")
+    fetch = (prelude + f"key = libc.syscall(KEYCTL, SEARCH, USER_KEYRING, b'user', b'{name}', 0)\n"
+             "buffer = ctypes.create_string_buffer(64)\n"
+             "size = libc.syscall(KEYCTL, READ, key, buffer, 64) if key > 0 else -1\n"
+             "if key > 0:\n"
+             "    libc.syscall(KEYCTL, REVOKE, key)\n"
+             "print(buffer.raw[:size].decode() if size > 0 else 'nothing')\n")
+    runner = PythonRunner()
+    stored = await runner.run({"code": store})
+    fetched = await runner.run({"code": fetch})
+    assert secret not in fetched, f"the later step read the key ({stored.strip()})"
+    assert stored.strip() == "refused 1" and fetched.strip() == "nothing"
+
+
+_NAMESPACE_ATTEMPTS = {
+    "unshare -U": "made = run(['unshare', '-U', 'true']).returncode == 0",
+    "unshare -Urm": "made = run(['unshare', '-Urm', 'true']).returncode == 0",
+    "unshare(CLONE_NEWUSER)": "made = in_child(lambda: libc.unshare(NEWUSER))",
+    "unshare(CLONE_NEWUSER | CLONE_NEWNS)":
+        "made = in_child(lambda: libc.unshare(NEWUSER | NEWNS))",
+    "clone(CLONE_NEWUSER)":
+        "made = in_child(lambda: libc.syscall(CLONE, NEWUSER | 17, 0, 0, 0, 0), clones=True)",
+}
+
+
+@pytest.mark.parametrize("attempt", list(_NAMESPACE_ATTEMPTS))
+async def test_it_cannot_make_user_or_mount_namespaces(attempt: str) -> None:
+    """A user namespace would give the program capabilities over what it creates next
+    (mount namespaces, mounts): the kernel's attack surface a sandbox keeps closed."""
+    code = ("import ctypes, os, subprocess\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "def run(argv):\n"
+            "    return subprocess.run(argv, capture_output=True)\n"
+            f"NEWUSER, NEWNS, CLONE = 0x10000000, 0x20000, {56 if _x86() else 220}\n"
+            "def in_child(call, clones=False):\n"
+            "    pid = 0 if clones else os.fork()\n"
+            "    if pid == 0:\n"
+            "        result = call()\n"
+            "        if not clones:\n"
+            "            os._exit(0 if result == 0 else 1)\n"
+            "        if result == 0:  # the clone's child\n"
+            "            os._exit(0)\n"
+            "        if result < 0:\n"
+            "            return False\n"
+            "        pid = result\n"
+            "    return os.waitpid(pid, 0)[1] == 0\n"
+            f"{_NAMESPACE_ATTEMPTS[attempt]}\n"
+            "print('made' if made else 'refused')\n")
+    out = await PythonRunner().run({"code": code})
+    assert out.splitlines()[-1] == "refused", out
+
+
+def _x86() -> bool:
+    return platform.machine() == "x86_64"
+
+
+async def test_threads_and_subprocesses_still_work_under_the_filter() -> None:
+    """clone3 answers ENOSYS, so the C library falls back to clone for threads and spawns."""
+    code = ("import subprocess, sys, threading\n"
+            "seen = []\n"
+            "thread = threading.Thread(target=seen.append, args=['thread'])\n"
+            "thread.start(); thread.join()\n"
+            "child = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True)\n"
+            "print(seen[0], child.stdout.decode().strip())\n")
+    assert await PythonRunner().run({"code": code}) == "thread 42\n"
+
+
+needs_step_cgroups = pytest.mark.skipif(
+    step_cgroup_layout() is None,
+    reason="no cgroup for steps here: the fallback limits per process (see step_cgroup.py)")
+
+
+@needs_step_cgroups
+async def test_a_fork_bomb_in_one_step_does_not_fail_another_step_running_at_once() -> None:
+    marker = f"plancast-test-{secrets.token_hex(6)}"
+    bomb = ("import os, time\n"
+            "while True:\n"
+            "    try:\n"
+            "        os.fork()\n"
+            "    except OSError:\n"
+            "        time.sleep(0.01)\n")
+    bombing = ("import os, sys\n"  # the marker in every command line, to count them
+               f"os.execv(sys.executable, [sys.executable, '-c', {bomb!r}, {marker!r}])")
+    forking = ("import os\n"
+               "children = []\n"
+               "for _ in range(5):\n"
+               "    pid = os.fork()\n"
+               "    if pid == 0:\n"
+               "        os._exit(0)\n"
+               "    children.append(pid)\n"
+               "print(sum(os.waitpid(pid, 0)[1] == 0 for pid in children), 'children ran')\n")
+    runner = PythonRunner(max_processes=32)  # the same limits for every step, as in a team
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as steps:
+            steps.start_soon(runner.run, {"code": bombing, "timeout": 60})
+            assert await _at_least(marker, 28), "the fork bomb never filled its step"
+            assert await runner.run({"code": forking}) == "5 children ran\n"
+            steps.cancel_scope.cancel()
+    assert await _gone(marker)
+
+
+@needs_step_cgroups
+async def test_memory_is_limited_for_the_step_as_a_whole() -> None:
+    """Four processes each under the per-process limit cannot together hold four times it."""
+    code = ("import os\n"
+            "release_r, release_w = os.pipe()\n"
+            "children = []\n"
+            "for _ in range(4):\n"
+            "    r, w = os.pipe()\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        os.close(release_w)\n"
+            "        data = b'x' * (150 * 1024 * 1024)  # written: every page is charged\n"
+            "        os.write(w, b'1')\n"
+            "        os.read(release_r, 1)  # held until the parent has counted\n"
+            "        os._exit(0)\n"
+            "    os.close(w)\n"
+            "    children.append((pid, r))\n"
+            "ready = [pid for pid, r in children if os.read(r, 1) == b'1']\n"
+            "# ready and still alive: holding its memory now (a killed one wrote first)\n"
+            "holding = [pid for pid in ready if os.waitpid(pid, os.WNOHANG) == (0, 0)]\n"
+            "print(len(holding), 'of 4 held at once')\n")
+    try:
+        out = await PythonRunner(memory_mb=256).run({"code": code, "timeout": 60})
+    except ToolError as exc:  # the kernel may pick the parent to kill
+        assert "memory limit of 256 MB" in str(exc)
+    else:
+        held = re.fullmatch(r"(\d) of 4 held at once\n", out)
+        assert held is not None and int(held[1]) <= 1, out
+
+
+@needs_step_cgroups
+async def test_a_step_leaves_no_cgroup_behind() -> None:
+    layout = step_cgroup_layout()
+    assert layout is not None
+    before = {p for parent in layout.parents for p in parent.glob("plancast-step-*")}
+    runner = PythonRunner()
+    assert await runner.run({"code": "print('ok')"}) == "ok\n"
+    with anyio.fail_after(30), pytest.raises(ToolError, match="timed out"):
+        await runner.run({"code": "import os\nos.fork()\nwhile True: pass", "timeout": 1})
+    after = {p for parent in layout.parents for p in parent.glob("plancast-step-*")}
+    assert after <= before

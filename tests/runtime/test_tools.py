@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import logging
 import re
 import socket
@@ -175,6 +177,9 @@ def files(tmp_path: Path) -> ReadFileTool:
     (root / "escape").symlink_to(tmp_path / "secret.txt")
     (root / "escape_dir").symlink_to(tmp_path)
     (root / "inside_link").symlink_to(root / "a.txt")
+    (root / "relative_link").symlink_to("sub/b.txt")
+    (root / "sub_link").symlink_to("sub")
+    (root / "loop").symlink_to("loop")
     return ReadFileTool(root, max_bytes=100)
 
 
@@ -185,6 +190,8 @@ def files(tmp_path: Path) -> ReadFileTool:
         ("sub/../a.txt", "alpha"),
         ("sub/b.txt", "beta \ufffd"),
         ("inside_link", "alpha"),
+        ("relative_link", "beta \ufffd"),
+        ("sub_link/../sub_link/b.txt", "beta \ufffd"),
     ],
 )
 async def test_read_file_inside_root(files: ReadFileTool, path: str, expected: str) -> None:
@@ -207,6 +214,8 @@ async def test_read_file_absolute_path_inside_root_is_fine(files: ReadFileTool) 
         ("missing.txt", "no such file"),
         ("sub", "not a regular file"),
         ("a\x00b", "NUL"),
+        ("loop", "more than 40 symbolic links"),
+        ("a.txt/x", "'a.txt' is not a directory"),
     ],
 )
 async def test_read_file_refuses(files: ReadFileTool, path: str, message: str) -> None:
@@ -221,6 +230,64 @@ async def test_read_file_refuses_kernel_files_even_under_a_root_that_holds_them(
 ) -> None:
     with pytest.raises(ToolError, match="a kernel file system"):
         await ReadFileTool("/").run({"path": path})
+
+
+class _Swapper(threading.Thread):
+    """Swaps ``root/d`` between a real directory and a symlink to ``/`` until stopped: the
+    position of a participant who may write under ``files_root``."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.stop = threading.Event()
+        self.swaps = 0
+        (root / "d" / "etc").mkdir(parents=True)
+        (root / "d" / "etc" / "passwd").write_text("inside")
+        (root / "d.link").symlink_to("/")
+
+    def run(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_cwd, rename_exchange = -100, 2
+        d, link = bytes(self.root / "d"), bytes(self.root / "d.link")
+        while not self.stop.is_set():  # each exchange is atomic: d is always there
+            if libc.renameat2(at_cwd, d, at_cwd, link, rename_exchange) != 0:
+                raise OSError(ctypes.get_errno(), "renameat2")
+            self.swaps += 1
+
+
+async def test_read_file_never_follows_a_directory_swapped_for_a_symlink(
+    tmp_path: Path,
+) -> None:
+    """A real race: while one thread swaps a directory under the root for a symlink to
+    ``/``, thousands of reads of ``d/etc/passwd`` return the file inside or a refusal, never
+    the machine's /etc/passwd and never an uncaught error."""
+    files = ReadFileTool(tmp_path)  # the default size limit: /etc/passwd would fit
+    swapper = _Swapper(files.root)
+    seen: collections.Counter[str] = collections.Counter()
+    uncaught: list[str] = []
+
+    async def read_many(times: int) -> None:
+        for _ in range(times):
+            try:
+                text = await files.run({"path": "d/etc/passwd"})
+            except ToolError:
+                seen["refused"] += 1
+            except Exception as exc:  # what the model would see as a crashed tool
+                uncaught.append(f"{type(exc).__name__}: {exc}")
+            else:
+                seen["inside" if text == "inside" else "outside"] += 1
+
+    swapper.start()
+    try:
+        async with anyio.create_task_group() as readers:
+            for _ in range(4):
+                readers.start_soon(read_many, 2500)
+    finally:
+        swapper.stop.set()
+        swapper.join()
+    assert swapper.swaps > 0 and seen["inside"] > 0 and seen["refused"] > 0  # it raced
+    assert seen["outside"] == 0, f"{seen['outside']} reads returned a file outside the root"
+    assert uncaught == [], f"{len(uncaught)} uncaught errors, e.g. {uncaught[:3]}"
 
 
 # --- http_get ------------------------------------------------------------------------------
@@ -313,6 +380,28 @@ async def test_http_get_refuses_other_schemes(url: str) -> None:
 async def test_http_get_refuses_addresses_only_the_worker_should_reach(host: str) -> None:
     with pytest.raises(ToolError, match=r"refused: .* add it to http_allow"):
         await HttpGetTool(timeout=3).run({"url": f"http://{host}:9/"})
+
+
+@pytest.mark.parametrize("host", [
+    "[::7f00:1]", "[::127.0.0.1]", "[::a9fe:a9fe]",  # IPv4-compatible
+    "[::ffff:0:7f00:1]",  # IPv4-translated (SIIT)
+    "[64:ff9b::7f00:1]", "[64:ff9b::10.0.0.1]", "[64:ff9b::a9fe:a9fe]",  # NAT64
+    "[64:ff9b:1::7f00:1]", "[64:ff9b:1:7f00:0:100::]",  # local-use NAT64, any layout
+    "[2002:7f00:1::1]", "[2002:a9fe:a9fe::]", "[2002:c0a8:1:1::1]",  # 6to4
+    "[2001:0:4136:e378:8000:63bf:80ff:fffe]",  # Teredo, client 127.0.0.1 (bits inverted)
+    "[2001:0:a00:1::f5ff:fffe]",  # Teredo, server 10.0.0.1
+    "[2600::5efe:7f00:1]", "[2600::200:5efe:a9fe:a9fe]",  # ISATAP interface ids
+])
+async def test_http_get_refuses_ipv6_spellings_of_a_forbidden_ipv4_address(host: str) -> None:
+    with pytest.raises(ToolError, match=r"refused: .* add it to http_allow"):
+        await HttpGetTool(timeout=3).run({"url": f"http://{host}:9/"})
+
+
+async def test_http_get_allows_what_the_team_allows_in_any_spelling(http_url: str) -> None:
+    """``http_allow`` names the IPv4 address; its IPv4-mapped spelling reaches it too."""
+    port = http_url.rsplit(":", 1)[1]
+    out = await HttpGetTool(allow=LOCAL).run({"url": f"http://[::ffff:127.0.0.1]:{port}/hello"})
+    assert out == "HTTP 200 OK\n\nhéllo world"
 
 
 async def test_http_get_checks_every_redirect(http_url: str) -> None:
