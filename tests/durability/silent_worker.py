@@ -32,7 +32,8 @@ async def main(role: str) -> None:
             continue
         task = json.loads(msg.data)
         claim = {"type": "step.claimed", "run_id": task["run_id"], "step_id": task["step"]["id"],
-                 "attempt": task["attempt"], "executor": f"{role}/silent", "delivery": 1}
+                 "attempt": task["attempt"], "executor": f"{role}/silent", "delivery": 1,
+                 "nonce": task.get("nonce", "")}
         await js.publish(f"{prefix}.result.{task['run_id']}.{role}", json.dumps(claim).encode())
         await msg.ack()
         print(f"TOOK {task['run_id']}/{task['step']['id']}", flush=True)
