@@ -194,8 +194,16 @@ async def test_a_role_may_not_list_streams_keys_or_write_other_roles_objects(
                     f"$O.{bucket}.C.step.worker.k.0", f"$O.{bucket}.C.synthesis.k.0",
                     f"$O.{bucket}.C.review.k.0", f"$O.{bucket}.C.event.r1.k.0",
                     f"$O.{bucket}.C.result.r1.planner.k.0", f"$O.{bucket}.C.state.r1.k.0",
-                    f"$O.{bucket}.M.a2V5"]
+                    f"$O.{bucket}.M.a2V5",
+                    # wildcards in a direct get's subject reach no further than its rights
+                    f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.>",
+                    f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.*.{user}.>",
+                    f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.result.*.*.>"]
             if user != "worker":
                 asks.append(f"$O.{bucket}.C.result.r1.worker.k.0")
             answered = [a for a in asks if await asker.answered(a, b"{}")]
             assert not answered, (user, answered)
+            # Its own tasks' objects it may read (the server answers: there are none).
+            tasks = "synthesis" if user == "synthesizer" else f"step.{user}"
+            assert await asker.answered(
+                f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.{tasks}.k.0")
