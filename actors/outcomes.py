@@ -35,6 +35,7 @@ from protocols import (
     Verdict,
     WorkError,
     WorkFailed,
+    object_space,
 )
 from runtime.auth import CLIENT
 from runtime.errors import StepStateError
@@ -283,7 +284,16 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
         return False
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
-        output = (await run.bus.get_object(result.output_ref)).decode()
+        try:  # the sender may only have written it in its own results' space
+            output = (await run.bus.get_object(result.output_ref, space=object_space(
+                run.bus.prefix, run.bus.subject(Verb.RESULT, run.run_id, role)))).decode()
+        except ValueError as exc:
+            why = f"its output_ref cannot be used: {exc}"
+            await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
+                         role=role)
+            await run.step_failed(step, attempt, why, attempt < run.team.step_attempts,
+                                  "error")
+            return False
     if run.reviewed(step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,

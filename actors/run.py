@@ -30,6 +30,7 @@ from protocols import (
     SynthesisTask,
     Usage,
     UsageRecorded,
+    state_space,
 )
 from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
@@ -286,7 +287,7 @@ class Run:
                         duration: float) -> None:
         if len(output) > run_state.INLINE:  # keep the run record small
             self.meta[step.id].output_ref = await self.bus.put_object(
-                f"out/{self.run_id}/{step.id}/{attempt}", output.encode())
+                state_space(self.run_id), output.encode())
         ready = self.scheduler.complete(step.id, output)
         self.touch(step.id)
         preview = output if len(output) <= PREVIEW else output[:PREVIEW] + "…"

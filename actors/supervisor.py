@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 from protocols import (
     ActorError,
     Heartbeat,
+    InvalidSubjectToken,
     Message,
     ReplanRequest,
     ReviewTask,
@@ -29,6 +30,7 @@ from protocols import (
     Stream,
     SynthesisTask,
     Verb,
+    object_space,
     stream_name,
     subject,
 )
@@ -120,6 +122,14 @@ class SupervisorActor(RoleActor):
                 return self.ctx.team.senders("critic")
             case _:
                 return self.ctx.team.senders("synthesizer")
+
+    def offload_space(self, delivery: Delivery) -> str | None:
+        """A dead letter holds a task as it came: its object is in the space of the
+        subject the task came on (a task of another role is ignored once decoded)."""
+        try:
+            return object_space(self.bus.prefix, delivery.headers.get("Plancast-Subject", ""))
+        except InvalidSubjectToken:
+            return None
 
     @on(Heartbeat)
     async def beat(self, beat: Heartbeat, delivery: Delivery) -> None:

@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from nats.js.errors import KeyNotFoundError
 
 from protocols import (
     ParentStep,
@@ -27,8 +26,8 @@ from protocols import (
     RunCancel,
     RunFailed,
     RunFinished,
-    RunRecord,
     RunRequest,
+    RunStarted,
     StepClaimed,
     StepDispatched,
     StepFailed,
@@ -39,9 +38,6 @@ from protocols import (
     Verb,
     cancel_id,
     child_run_id,
-    decode,
-    run_key,
-    runs_bucket,
 )
 from runtime.actor import on
 from runtime.client import RunNotAccepted, follow, submit
@@ -106,10 +102,10 @@ class TeamLead(StepRole):
     async def _lead(self, task: StepTask) -> _Wait:
         """Start the child run and wait for its end, the parent's giving up, or the time."""
         step, team = task.step, self.ctx.team
-        try:
-            depth = await self._depth(task.run_id) + 1
-        except KeyNotFoundError:
-            return _Wait(gave_up=f"run {task.run_id} has no stored record (it was removed)")
+        parent_depth = await self._depth(task.run_id)
+        if parent_depth is None:
+            return _Wait(gave_up=f"run {task.run_id} has no events (they were removed)")
+        depth = parent_depth + 1
         if depth > team.max_team_depth:
             return _Wait(outcome=_failed(
                 f"step {step.id} would start a sub-team run at depth {depth}, past "
@@ -188,12 +184,15 @@ class TeamLead(StepRole):
                 log.warning("could not cancel sub-team run %s (%s); it ends by its own "
                             "deadline", child, exc)
 
-    async def _depth(self, run_id: str) -> int:
-        """The parent run's depth in the tree (0: a top-level run), from its stored record."""
-        kv = await self.bus.js.key_value(runs_bucket(self.bus.prefix))
-        record = decode((await kv.get(run_key(run_id))).value or b"", RunRecord)
-        parent = record.request.parent
-        return parent.depth if parent is not None else 0
+    async def _depth(self, run_id: str) -> int | None:
+        """The parent run's depth in the tree (0: a top-level run), from its first event,
+        ``run.started`` (a role reads no run state); None if it has none."""
+        with anyio.move_on_after(SUBMIT_WAIT):
+            async for event in follow(self.bus, run_id, until_end=False):
+                if not isinstance(event, RunStarted):
+                    break
+                return event.parent.depth if event.parent is not None else 0
+        return None
 
 
 def _failed(error: str, *, retryable: bool = True) -> dict[str, Any]:

@@ -55,6 +55,12 @@ from .messages import WorkError as WorkError
 from .messages import cancel_id as cancel_id
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
+from .objects import chunk_subject as chunk_subject
+from .objects import chunks_of as chunks_of
+from .objects import object_name as object_name
+from .objects import object_space as object_space
+from .objects import space_of as space_of
+from .objects import state_space as state_space
 from .plan import Plan as Plan
 from .plan import SavedPlan as SavedPlan
 from .plan import Step as Step

@@ -27,10 +27,12 @@ from anyio.abc import TaskGroup, TaskStatus
 from protocols import (
     ActorError,
     Heartbeat,
+    InvalidSubjectToken,
     Message,
     Verb,
     WorkError,
     decoder_for,
+    object_space,
     validate_token,
 )
 from protocols.codec import UNREADABLE
@@ -267,10 +269,23 @@ class Actor:
             # is at risk; invalid UTF-8 in a string is a UnicodeDecodeError.
             return f"malformed message, not valid JSON: {type(exc).__name__}: {exc}"[:500]
 
-    async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
-        """A message too large to send came by reference: fetch it from the object store."""
+    def offload_space(self, delivery: Delivery) -> str | None:
+        """Where the object a message by reference names must be kept: the space of the
+        subject it came on, the only one its sender may write (``protocols.objects``)."""
         try:
-            message: Message = decoder.decode(await self.bus.resolve(delivery.data))
+            return object_space(self.bus.prefix, delivery.subject)
+        except InvalidSubjectToken:
+            return None
+
+    async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
+        """A message too large to send came by reference: fetch it from the object store
+        (an object outside the space of the subject it came on is refused unfetched)."""
+        space = self.offload_space(delivery)
+        if space is None:
+            return f"a message by reference on {delivery.subject}, where none may come"
+        try:
+            message: Message = decoder.decode(await self.bus.resolve(delivery.data,
+                                                                     space=space))
             return message
         except UNREADABLE as exc:
             return f"invalid offloaded message: {exc}"[:500]

@@ -9,9 +9,16 @@ the planner writes tasks, events, fences and run state. ``client`` submits runs 
 follows them; ``watcher`` only reads. Every user gets its own inbox prefix
 (``_INBOX_<user>``), so nobody reads another user's replies or pulled messages.
 
+A payload sent by reference is kept under the subject of its message
+(``protocols.objects``), and a user reads and writes objects only where it may read and
+send those messages: a role reads its own tasks' objects, writes its own results'; the
+planner reads and writes all; ``client`` and ``watcher`` read the events'. No role may ask
+for stream information (it lists runs, keys and object names): a role checks only its own
+consumer.
+
 One gap the server leaves open (nats-server#8274): a user allowed to create a consumer can
-have it deliver stored messages to any subject. Only the planner, ``client`` and
-``watcher`` create consumers, on the streams they read; what they can redirect is the
+have it deliver stored messages to any subject. Only the planner, ``client``, ``watcher``
+and a team lead create consumers, on the streams they read; what they can redirect is the
 planner's own records and events, never bytes of their choosing. Roles create none
 (offloaded payloads are read chunk by chunk).
 """
@@ -24,7 +31,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocols import Stream, objects_bucket, plans_bucket, runs_bucket, stream_name
+from protocols import Stream, chunks_of, objects_bucket, plans_bucket, runs_bucket, stream_name
 
 from .errors import PlancastError
 from .team import TEAM_KIND, TeamConfig
@@ -48,6 +55,12 @@ class Grant:
     """May answer requests sent to it (the planner answers ``run.submit``)."""
     provisions: bool = False
     """Creates and updates streams and consumers (only ``admin``)."""
+
+    @property
+    def checks_streams(self) -> bool:
+        """May ask for stream information, so checks at start that the streams exist (a
+        role's user may not: it checks its own consumer when it binds)."""
+        return self.provisions or any(s.startswith("$JS.API.STREAM.INFO.") for s in self.publish)
 
 
 @dataclass(frozen=True)
@@ -95,13 +108,20 @@ def _reads(stream: str) -> list[str]:
             f"$JS.API.DIRECT.GET.{stream}.>"]
 
 
-def _actor(n: Names, role: str, stream: str, consumer: str) -> list[str]:
-    """What every actor publishes: its heartbeats, error reports, dead letters, outcomes,
-    large payloads; the stream information provisioning checks; its own consumer."""
+def _objects(n: Names, *spaces: str) -> list[str]:
+    """Read the objects kept in these spaces (``protocols.objects``), and no others: a
+    direct get names the subject it reads, a stream get (by sequence) does not."""
+    return [f"$JS.API.DIRECT.GET.{n.objects}.{chunks_of(n.prefix, space)}" for space in spaces]
+
+
+def _actor(n: Names, role: str, stream: str, consumer: str, reads: list[str]) -> list[str]:
+    """What every actor publishes: its heartbeats, error reports, dead letters, outcomes
+    and their large payloads (in its outcomes' spaces); reads of the objects in ``reads``
+    (its tasks' spaces); its own consumer."""
     p = n.prefix
     return [f"{p}.heartbeat.{role}.*", f"{p}.error.{role}", f"{p}.dead.{role}",
-            f"{p}.result.*.{role}", f"$O.{objects_bucket(p)}.>", "$JS.API.INFO",
-            *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_reads(n.objects),
+            f"{p}.result.*.{role}", chunks_of(p, f"result.*.{role}"),
+            chunks_of(p, f"error.{role}"), "$JS.API.INFO", *_objects(n, *reads),
             *_consumer(stream, consumer)]
 
 
@@ -112,8 +132,9 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         raise CredsError(f"role names {sorted(taken)} are taken by plancast's own NATS users: "
                          "rename those roles in the team file")
     users: dict[str, Grant] = {ADMIN: Grant([">"], [">"], responses=True, provisions=True)}
-    readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *_consumers(n.events),
-               *_consumers(n.kv), *_reads(n.events), *_reads(n.kv), *_reads(n.objects)]
+    followers = [*_consumers(n.events), *_reads(n.events), *_objects(n, "event.*")]
+    readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *followers,
+               *_consumers(n.kv), *_reads(n.kv)]
     for role in team.roles.values():
         inbox = [f"_INBOX_{role.name}.>"]
         if role.kind == "planner":
@@ -129,24 +150,28 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 *_reads(n.kv), *_reads(n.events), *_reads(n.objects),
             ], [f"{p}.run.submit", f"{p}.heartbeat.>", *inbox], responses=True)
         elif role.kind == "supervisor":
-            users[role.name] = Grant([
-                *_actor(n, role.name, n.dead, role.name), f"$JS.API.STREAM.MSG.GET.{n.work}",
-                f"$JS.API.STREAM.MSG.DELETE.{n.work}",
+            users[role.name] = Grant([  # it reads dead tasks, of every role
+                *_actor(n, role.name, n.dead, role.name,
+                        ["step.*", "review", "synthesis", "synthesis-for.*"]),
+                f"$JS.API.STREAM.MSG.GET.{n.work}", f"$JS.API.STREAM.MSG.DELETE.{n.work}",
             ], [f"{p}.heartbeat.>", f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{n.work}.*",
                 f"{p}.error.{role.name}", *inbox])
         elif role.kind == TEAM_KIND:  # a team lead submits child runs and follows events
-            users[role.name] = Grant([*_actor(n, role.name, n.work, f"step-{role.name}"),
-                                      f"{p}.run.submit", *readers], [f"{p}.error.{role.name}",
-                                                                     *inbox])
+            users[role.name] = Grant([
+                *_actor(n, role.name, n.work, f"step-{role.name}", [f"step.{role.name}"]),
+                f"{p}.run.submit", *followers], [f"{p}.error.{role.name}", *inbox])
         else:
-            consumer = {"critic": "review", "synthesizer": "synthesis"}.get(
-                role.kind, f"step-{role.name}")
+            consumer, tasks = {
+                "critic": ("review", ["review"]),
+                "synthesizer": ("synthesis", ["synthesis", f"synthesis-for.{role.name}"]),
+            }.get(role.kind, (f"step-{role.name}", [f"step.{role.name}"]))
             own = _consumer(n.work, f"synthesis-{role.name}") \
                 if role.kind == "synthesizer" else []  # a sub-team's runs may name it
-            users[role.name] = Grant([*_actor(n, role.name, n.work, consumer), *own],
+            users[role.name] = Grant([*_actor(n, role.name, n.work, consumer, tasks), *own],
                                      [f"{p}.error.{role.name}", *inbox])
     plans = [f"$JS.API.STREAM.INFO.{n.plans}", *_consumers(n.plans), *_reads(n.plans)]
-    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}", *readers, *plans,
+    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}",
+                           chunks_of(p, f"result.*.{CLIENT}"), *readers, *plans,
                            f"$KV.{plans_bucket(p)}.>"],
                           [f"{p}.heartbeat.>", f"_INBOX_{CLIENT}.>"])
     users[WATCHER] = Grant([*readers, *plans], [f"{p}.heartbeat.>", f"_INBOX_{WATCHER}.>"])
@@ -182,6 +207,7 @@ def write_auth(directory: Path, prefix: str, team: TeamConfig) -> list[Path]:
             "use with --creds or NATS_CREDS",
             f"user = {json.dumps(name)}", f"password = {json.dumps(password)}",
             f"provision = {'true' if grant.provisions else 'false'}",
+            f"check_streams = {'true' if grant.checks_streams else 'false'}",
             *([f"secret = {json.dumps(shared)}"] if name in planners | {ADMIN} else []), ""])))
     return written
 
@@ -200,6 +226,9 @@ class UserCreds:
     user: str
     password: str
     provision: bool
+    check_streams: bool = True
+    """May look at the streams, so checks at start that they exist (files written before
+    this line existed: every user could)."""
     secret: str = ""
     """The planners' shared secret (``runtime.nonces``); empty for every other user."""
 
@@ -215,7 +244,7 @@ def read_creds(path: Path) -> UserCreds | None:
     try:
         data = tomllib.loads(text)
         return UserCreds(str(data["user"]), str(data["password"]), bool(data.get("provision")),
-                         str(data.get("secret", "")))
+                         bool(data.get("check_streams", True)), str(data.get("secret", "")))
     except (tomllib.TOMLDecodeError, KeyError) as exc:
         raise CredsError(f"{path} is neither a NATS credentials file nor one written by "
                          "`plancast auth init` (user, password)") from exc

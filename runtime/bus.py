@@ -5,10 +5,8 @@ Connecting (and starting an embedded server when no URL is set) is in ``connecti
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,19 +16,36 @@ import anyio
 import msgspec
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionReconnectingError, NoRespondersError
-from nats.js import api
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
 
-from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
+from protocols import (
+    InvalidSubjectToken,
+    Message,
+    ObjectRef,
+    Offloaded,
+    Verb,
+    chunk_subject,
+    decode,
+    encode,
+    object_name,
+    object_space,
+    objects_bucket,
+    space_of,
+    subject,
+)
 from protocols.codec import UNREADABLE
+from protocols.objects import CHUNK_BYTES
 
 from .jetstream import JetStream, acknowledged, outcome
 from .settings import Settings
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
 """Largest payload an actor fetches through an ``message.offloaded`` reference."""
+OBJECT_LAG = 2.0
+"""Seconds a reader keeps asking for a chunk it does not find: on a cluster, a replica that
+has not stored it yet may answer before the one that has."""
 
 log = logging.getLogger(__name__)
 _nuid = NUID()
@@ -76,6 +91,10 @@ ID_IN_PROCESS = 10158
 (our own retry after a lost answer): try again, and the answer is that one's."""
 EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+
+MISSING: tuple[type[Exception], ...] = (NotFoundError, *TRANSIENT)
+"""Why a chunk may not be read this moment (``Bus._chunk``)."""
 
 
 class Fenced(Exception):
@@ -158,7 +177,7 @@ class Bus:
         ``msg_id`` becomes ``Nats-Msg-Id``: the same id within the duplicate window is
         stored once, so a retry after a lost ack is not a second task.
         """
-        payload, hdrs = await self._prepare(message, msg_id, headers)
+        payload, hdrs = await self._prepare(subj, message, msg_id, headers)
         return await self._store(subj, payload, hdrs, retry=msg_id is not None)
 
     def write_now(self) -> None:
@@ -178,7 +197,7 @@ class Bus:
         Messages sent this way on one connection are stored in the order they were sent;
         whoever acknowledges work that depends on them settles them first.
         """
-        payload, hdrs = await self._prepare(message, msg_id, headers)
+        payload, hdrs = await self._prepare(subj, message, msg_id, headers)
         try:
             future = await self.js.publish_async(subj, payload, headers=hdrs)
         except TRANSIENT:
@@ -221,14 +240,14 @@ class Bus:
             log.debug("could not delete %s/%d: %s", stream, seq, exc)
 
     async def _prepare(
-        self, message: Message, msg_id: str | None, headers: dict[str, str] | None
+        self, subj: str, message: Message, msg_id: str | None, headers: dict[str, str] | None
     ) -> tuple[bytes, dict[str, str]]:
         hdrs = dict(headers or {})
         if msg_id is not None:
             hdrs["Nats-Msg-Id"] = msg_id
         payload = encode(message)
         if len(payload) > self.settings.max_message_bytes:
-            payload = await self._offload(payload, message, msg_id)
+            payload = await self._offload(subj, payload, message)
         return payload, hdrs
 
     async def _store(self, subj: str, payload: bytes, hdrs: dict[str, str], *,
@@ -284,63 +303,78 @@ class Bus:
                     hdrs["Nats-Msg-Id"])
         return False
 
-    async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
-        """Store a too-large message in the object store; return the envelope to send.
-
-        Every object gets a name of its own: storing under a name in use would purge the
-        old chunks, a right no role's NATS user has."""
-        name = f"msg/{msg_id or 'anon'}/{nuid()}"
-        ref = await self.put_object(name, payload)
+    async def _offload(self, subj: str, payload: bytes, message: Message) -> bytes:
+        """Store a too-large message in the object store, under its subject's space (where
+        its readers, and only they, may read it); return the envelope to send."""
+        ref = await self.put_object(object_space(self.prefix, subj), payload)
         tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
-        log.debug("offloaded %d-byte %s to %s", len(payload), tag, name)
+        log.debug("offloaded %d-byte %s to %s", len(payload), tag, ref.name)
         return encode(Offloaded(ref=ref, inner_type=str(tag)))
 
-    async def put_object(self, name: str, data: bytes) -> ObjectRef:
-        """Keep ``data`` in the deployment's object store; a reference travels instead."""
-        store = await self.js.object_store(objects_bucket(self.prefix))
-        try:
-            await store.put(name, data)
-        except APIError as exc:
-            if exc.err_code == STORAGE_FULL:
-                raise _full(exc, f"object store {objects_bucket(self.prefix)}") from exc
-            raise
+    async def put_object(self, space: str, data: bytes) -> ObjectRef:
+        """Keep ``data`` in the deployment's object store under ``space`` (see
+        ``protocols.objects``); a reference travels instead.
+
+        Every object gets a name of its own, so nothing stored is ever replaced."""
+        name = object_name(space, nuid())
+        for index, start in enumerate(range(0, len(data), CHUNK_BYTES)):
+            await self._store(chunk_subject(self.prefix, name, index),
+                              data[start:start + CHUNK_BYTES], {}, retry=True)
         return ObjectRef(bucket=objects_bucket(self.prefix), name=name, size=len(data),
                          sha256=hashlib.sha256(data).hexdigest())
 
-    async def get_object(self, ref: ObjectRef) -> bytes:
+    async def get_object(self, ref: ObjectRef, *, space: str | None = None) -> bytes:
         """Fetch what ``put_object`` stored, checking the reference first (our own bucket,
-        a digest, a bounded size) and the digest last.
+        a digest, a bounded size, a name in ``space`` when given: whoever sent it may write
+        there only) and the digest last.
 
-        It reads the chunks one by one with stream "get" requests rather than through a
-        consumer: no role's NATS user may create consumers, since a consumer can be told
-        to deliver stored bytes to any subject (nats-server#8274)."""
+        Each chunk is read with a direct get naming its subject: the server lets a user
+        read only the spaces of the messages it may read. (No consumer either: a consumer
+        can be told to deliver stored bytes to any subject, nats-server#8274.)"""
         own = objects_bucket(self.prefix)
-        if ref.bucket != own or not ref.sha256 or not 0 <= ref.size <= MAX_OBJECT_BYTES:
+        try:
+            where = space_of(ref.name)
+        except InvalidSubjectToken:
+            where = None
+        if ref.bucket != own or not ref.sha256 or not 0 <= ref.size <= MAX_OBJECT_BYTES \
+                or where is None or space not in (None, where):
             raise ValueError(f"refused an object reference to {ref.bucket}/{ref.name} "
-                             f"({ref.size} bytes): references must name bucket {own}, carry "
-                             f"a sha256 and stay under {MAX_OBJECT_BYTES} bytes")
-        stream = f"OBJ_{own}"
-        key = base64.urlsafe_b64encode(ref.name.encode()).decode()
-        meta = await self.js.get_last_msg(stream, f"$O.{own}.M.{key}")
-        info = api.ObjectInfo.from_response(json.loads(meta.data or b"{}"))
-        if info.deleted or not info.nuid or (info.options and info.options.link) \
-                or (info.size or 0) > MAX_OBJECT_BYTES:
-            raise ValueError(f"object {ref.name} is deleted, a link or too large")
-        data, seq = bytearray(), 0
-        for _ in range(info.chunks or 0):
-            chunk = await self.js.get_msg(stream, seq + 1, f"$O.{own}.C.{info.nuid}", next=True)
-            seq = chunk.seq or seq + 1
-            data += chunk.data or b""
-            if len(data) > MAX_OBJECT_BYTES:
-                raise ValueError(f"object {ref.name} is larger than it says")
+                             f"({ref.size} bytes): references must name bucket {own} and an "
+                             f"object <space>/<key>{f' of space {space}' if space else ''}, "
+                             f"carry a sha256 and stay under {MAX_OBJECT_BYTES} bytes")
+        data, index = bytearray(), 0
+        while len(data) < ref.size:
+            part = await self._chunk(ref.name, chunk_subject(self.prefix, ref.name, index))
+            if not part or len(data) + len(part) > ref.size:
+                raise ValueError(f"object {ref.name} is not of the {ref.size} bytes it says")
+            data += part
+            index += 1
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise ValueError(f"object {ref.name} does not match its digest")
         return bytes(data)
 
-    async def resolve(self, data: bytes) -> bytes:
-        """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope."""
+    async def _chunk(self, name: str, chunk: str) -> bytes:
+        """One stored chunk, asked for again for up to ``OBJECT_LAG`` seconds while the
+        server says it has none (a replica behind the others)."""
+        stream = f"OBJ_{objects_bucket(self.prefix)}"
+        delay, deadline = 0.05, anyio.current_time() + OBJECT_LAG
+        while True:
+            try:
+                return (await self.js.get_msg(stream, subject=chunk, direct=True)).data or b""
+            except MISSING as exc:
+                if anyio.current_time() + delay > deadline:
+                    raise ValueError(
+                        f"object {name}: no chunk {chunk.rsplit('.', 1)[-1]} in {stream} "
+                        f"({type(exc).__name__}): it is gone, was never stored, or the "
+                        "stream allows no direct reads (run `plancast provision`)") from exc
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP)
+
+    async def resolve(self, data: bytes, *, space: str | None = None) -> bytes:
+        """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope
+        (of an object in ``space``, when given: ``get_object``)."""
         envelope = offloaded(data)
-        return data if envelope is None else await self.get_object(envelope.ref)
+        return data if envelope is None else await self.get_object(envelope.ref, space=space)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0

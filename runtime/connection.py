@@ -225,7 +225,9 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
         creds = read_creds(settings.creds) if settings.creds else None
         bus.provisions = creds is None or creds.provision
         if not bus.provisions:
-            if ensure_streams:  # the admin provisions; a role's user may only look
+            # The admin provisions; a user that may look at streams checks they exist, a
+            # role's user checks its own consumer as it binds.
+            if ensure_streams and (creds is None or creds.check_streams):
                 await check_provisioned(bus.js, settings.prefix, where=url)
         elif ensure_streams:
             await provision(

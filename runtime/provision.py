@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -237,19 +237,24 @@ async def _ensure_plans_bucket(js: Any, prefix: str, replicas: int) -> None:
 
 async def _ensure_object_store(js: Any, prefix: str, replicas: int, ttl: float,
                                max_bytes: int) -> None:
+    """The object store's stream, read only by direct gets that name a chunk's subject (so
+    the server's permissions say who reads what: ``protocols.objects``) and taking no
+    rollup header (a rollup of the whole stream, sent by anyone who may write a chunk,
+    would erase every run's objects)."""
+    bucket = objects_bucket(prefix)
+    config = api.StreamConfig(
+        name=f"OBJ_{bucket}", description="plancast payloads too large for a message",
+        subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"], max_age=ttl, max_bytes=max_bytes,
+        num_replicas=replicas, storage=api.StorageType.FILE, discard=api.DiscardPolicy.NEW,
+        allow_direct=True, allow_rollup_hdrs=False)
     try:
-        await js.object_store(objects_bucket(prefix))
-    except (BucketNotFoundError, NotFoundError):
-        await js.create_object_store(
-            objects_bucket(prefix),
-            config=api.ObjectStoreConfig(
-                description="plancast payloads too large for a message",
-                ttl=ttl,
-                max_bytes=max_bytes,
-                replicas=replicas,
-                storage=api.StorageType.FILE,
-            ),
-        )
+        info = await js.stream_info(config.name)
+    except NotFoundError:
+        await _ensure_stream(js, config)
+        return
+    if not info.config.allow_direct or info.config.allow_rollup_hdrs:
+        await js.update_stream(replace(info.config, allow_direct=True, allow_rollup_hdrs=False))
+        log.info("updated stream %s: direct reads by subject, no rollups", config.name)
 
 
 async def check_provisioned(js: Any, prefix: str, *, where: str = "NATS") -> None:

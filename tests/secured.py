@@ -19,7 +19,7 @@ from runtime.process import open_deployment
 from runtime.provision import provision_consumers
 from runtime.settings import Settings
 from runtime.team import TeamConfig
-from runtime.tools import builtin_tools
+from runtime.tools import ToolRegistry, builtin_tools
 
 
 @dataclass
@@ -49,12 +49,14 @@ class Secured:
                                   inbox_prefix=f"_INBOX_{user}", max_reconnect_attempts=0)
 
     @asynccontextmanager
-    async def serving(self, roles: Sequence[str]) -> AsyncIterator[None]:
-        """Each of ``roles`` in its own connection, as its own user."""
+    async def serving(self, roles: Sequence[str],
+                      tools: ToolRegistry | None = None) -> AsyncIterator[None]:
+        """Each of ``roles`` in its own connection, as its own user (with ``tools``, or the
+        built-in ones)."""
         async with AsyncExitStack() as stack:
             for role in roles:
                 await stack.enter_async_context(open_deployment(
-                    self.settings(role), self.team, builtin_tools(plugins=False),
+                    self.settings(role), self.team, tools or builtin_tools(plugins=False),
                     roles=[role]))
             yield
 

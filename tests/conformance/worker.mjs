@@ -7,7 +7,6 @@ import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connect, headers } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
-import { Objm } from "@nats-io/obj";
 
 const prefix = process.env.PLANCAST_PREFIX ?? "plancast";
 const role = process.env.ROLE ?? "jsworker";
@@ -27,37 +26,61 @@ const nc = await connect({
   inboxPrefix: user ? `_INBOX_${user}` : undefined, // a role's user may only read its own
 });
 const js = jetstream(nc);
-const objects = await new Objm(js).open(`${base}_OBJECTS`, false);
 const consumer = await js.consumers.get(`${base}_WORK`, `step-${role}`);
 const jsm = await js.jetstreamManager();
 const enc = (message) => JSON.stringify({ schema_version: 1, ...message });
 
-// A message.offloaded envelope: the message is in our object store. Read it with stream
-// "get" requests (a role may not create consumers), then check size and digest.
-async function fetchOffloaded(ref) {
-  const bucket = `${base}_OBJECTS`;
-  if (ref.bucket !== bucket || !ref.sha256 || ref.size > 64 * 1024 * 1024) {
+// Objects (docs/wire.md, "The offload envelope"): an object named <space>/<key> is kept in
+// chunks, chunk n the one message on $O.<bucket>.C.<space>.<key>.<n>; <space> is the
+// subject of the message it stands in for, without the prefix. We may read only our own
+// tasks' space, with direct gets naming the chunk's subject, and write only our results'.
+const bucket = `${base}_OBJECTS`;
+const CHUNK = 128 * 1024;
+const TOKEN = /^[A-Za-z0-9_-]{1,128}$/;
+
+async function chunk(subject) {
+  for (let tries = 0; ; tries++) { // a cluster's replica may not have stored it yet
+    const found = await jsm.direct.getMessage(`OBJ_${bucket}`, { last_by_subj: subject });
+    if (found || tries >= 20) return found;
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+}
+
+// A message.offloaded envelope that came on `subject`: check the reference, read its
+// chunks until we have its size, then check the digest.
+async function fetchOffloaded(ref, subject) {
+  const space = subject.slice(prefix.length + 1);
+  const slash = ref.name.lastIndexOf("/");
+  const [where, key] = [ref.name.slice(0, slash), ref.name.slice(slash + 1)];
+  if (ref.bucket !== bucket || !ref.sha256 || ref.size > 64 * 1024 * 1024 ||
+      where !== space || !TOKEN.test(key)) {
     throw new Error(`refused object reference ${ref.bucket}/${ref.name}`);
   }
-  const key = Buffer.from(ref.name).toString("base64url");
-  const padded = key + "=".repeat((4 - (key.length % 4)) % 4);
-  const stream = `OBJ_${bucket}`;
-  const meta = await jsm.streams.getMessage(stream, { last_by_subj: `$O.${bucket}.M.${padded}` });
-  const info = meta.json();
   const chunks = [];
-  let seq = 0;
-  for (let i = 0; i < info.chunks; i++) {
-    const chunk = await jsm.streams.getMessage(stream, {
-      seq: seq + 1, next_by_subj: `$O.${bucket}.C.${info.nuid}`,
-    });
-    seq = chunk.seq;
-    chunks.push(chunk.data);
+  for (let n = 0, have = 0; have < ref.size; n++) {
+    const part = await chunk(`$O.${bucket}.C.${where}.${key}.${n}`);
+    if (!part || part.data.length === 0 || have + part.data.length > ref.size) {
+      throw new Error(`object ${ref.name} is not of the ${ref.size} bytes it says`);
+    }
+    chunks.push(part.data);
+    have += part.data.length;
   }
   const data = Buffer.concat(chunks);
   if (createHash("sha256").update(data).digest("hex") !== ref.sha256) {
     throw new Error(`object ${ref.name} does not match its digest`);
   }
   return data;
+}
+
+async function putObject(space, bytes) {
+  const name = `${space}/${randomBytes(12).toString("hex")}`;
+  const key = name.slice(space.length + 1);
+  for (let n = 0; n * CHUNK < bytes.length; n++) {
+    await js.publish(`$O.${bucket}.C.${space}.${key}.${n}`,
+                     bytes.subarray(n * CHUNK, (n + 1) * CHUNK));
+  }
+  const sha256 = createHash("sha256").update(bytes).digest("hex");
+  return { bucket, name, size: bytes.length, sha256 };
 }
 
 const beat = () =>
@@ -74,20 +97,18 @@ const tools = {
   big: (args) => "x".repeat(Number(args.size)),
 };
 
-async function output(text, stepKey) {
-  // Too large for a message: the output goes to the object store, a reference travels.
+async function output(text, runId) {
+  // Too large for a message: the output goes to the object store, in the space of the
+  // subject our result travels on; a reference travels instead.
   const bytes = new TextEncoder().encode(text);
   if (bytes.length <= MAX_MESSAGE / 2) return { output: text };
-  const name = `output/${stepKey}/${randomBytes(6).toString("hex")}`;
-  await objects.putBlob({ name }, bytes);
-  const sha256 = createHash("sha256").update(bytes).digest("hex");
-  return { output_ref: { bucket: `${base}_OBJECTS`, name, size: bytes.length, sha256 } };
+  return { output_ref: await putObject(`result.${runId}.${role}`, bytes) };
 }
 
 async function handle(msg) {
   let task = JSON.parse(new TextDecoder().decode(msg.data));
   if (task.type === "message.offloaded") {
-    task = JSON.parse(new TextDecoder().decode(await fetchOffloaded(task.ref)));
+    task = JSON.parse(new TextDecoder().decode(await fetchOffloaded(task.ref, msg.subject)));
   }
   if (task.type !== "step.task") { // not ours to do: a dead letter, then ack
     const h = headers();
@@ -114,7 +135,7 @@ async function handle(msg) {
   try {
     const tool = tools[step.tool];
     if (!tool) throw new Error(`unknown tool ${step.tool}`);
-    outcome = { ok: true, ...(await output(tool(step.args ?? {}), `${run_id}/${step.id}`)) };
+    outcome = { ok: true, ...(await output(tool(step.args ?? {}), run_id)) };
   } catch (err) {
     outcome = { ok: false, error: String(err), retryable: false };
   } finally {

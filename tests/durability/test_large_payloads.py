@@ -104,12 +104,19 @@ async def test_object_references_are_checked_before_anything_is_fetched(
     nats_url: str, prefix: str
 ) -> None:
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
-        ref = await bus.put_object("big", b"y" * 300_000)
+        ref = await bus.put_object("result.r1.worker", b"y" * 300_000)
         assert await bus.get_object(ref) == b"y" * 300_000
+        assert await bus.get_object(ref, space="result.r1.worker") == b"y" * 300_000
         own = objects_bucket(prefix)
         for bad in (msgspec.structs.replace(ref, bucket="SOMEONE_ELSES"),
                     msgspec.structs.replace(ref, sha256=""),
                     msgspec.structs.replace(ref, size=MAX_OBJECT_BYTES + 1),
-                    msgspec.structs.replace(ref, sha256="0" * 64)):
+                    msgspec.structs.replace(ref, sha256="0" * 64),
+                    msgspec.structs.replace(ref, name="result.r1.worker/a.b/c"),
+                    msgspec.structs.replace(ref, name="result.*.worker/x")):
             with pytest.raises(ValueError, match=f"{own}|digest"):
                 await bus.get_object(bad)
+        # An object outside the space its message came on (another role's) is refused
+        # before anything is fetched.
+        with pytest.raises(ValueError, match=r"of space result\.r1\.other"):
+            await bus.get_object(ref, space="result.r1.other")
