@@ -27,8 +27,8 @@ class Delivery:
     nothing to settle; those calls are no-ops there.
     """
 
-    __slots__ = ("_fields", "_msg", "durable", "max_deliver", "received_at", "settled", "size",
-                 "subject")
+    __slots__ = ("_connection", "_fields", "_msg", "durable", "max_deliver", "received_at",
+                 "settled", "size", "subject")
 
     def __init__(self, msg: Any, *, durable: bool, max_deliver: int = 1) -> None:
         self._msg = msg
@@ -40,6 +40,7 @@ class Delivery:
         self.received_at = time.monotonic()
         self.settled = False
         self._fields: tuple[int, int] | None = None
+        self._connection = _connection_of(msg)
 
     @property
     def data(self) -> bytes:
@@ -118,6 +119,21 @@ class Delivery:
             await self._msg.in_progress()
 
     async def respond(self, message: Message) -> None:
-        """Answer a request (core NATS request/reply)."""
-        if self.reply:
+        """Answer a request (core NATS request/reply), on the connection it came in on only.
+
+        A server lets a user answer (``allow_responses``) on the connection that received
+        the request: an answer sent after a reconnect is refused as a permission violation
+        and lost, so it is not sent; the requester asks again (``runtime.client.submit``
+        does until its deadline).
+        """
+        if self.reply and _connection_of(self._msg) == self._connection:
             await self._msg.respond(encode(message))
+
+
+def _connection_of(msg: Any) -> int:
+    """Which connection of its client a message's client is on now: its reconnect count,
+    or -1 while it is reconnecting (what is published then goes out on the next one)."""
+    client = getattr(msg, "_client", None)
+    if client is None:  # a message made by hand: its one connection
+        return 0
+    return int(client.stats["reconnects"]) if client.is_connected else -1

@@ -3,7 +3,8 @@
 The long chaos run, on demand (about 40 minutes at these numbers on two cores: node faults
 take turns, each waiting for the cluster to recover from the last). It prints progress as
 it goes, then the report. Exit status 1 if a run hung, an answer was wrong, a log broke a
-rule, or a delivery was executed twice.
+rule, a delivery was executed twice, or a node refused a user something (a permission
+violation). Every process connects as its own NATS user unless ``--no-users``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     timeouts.add_argument("--timeouts", dest="timeouts", action="store_true", default=None,
                           help="write [timeouts] into the team file (default: if supported)")
     timeouts.add_argument("--no-timeouts", dest="timeouts", action="store_false")
+    parser.add_argument("--users", action=argparse.BooleanOptionalAction, default=True,
+                        help="one NATS user per role, for the client and the observer, as "
+                             "`plancast auth init` writes them (--no-users: none, to compare)")
     parser.add_argument("--work-dir", type=Path, help="logs, ledger, nats data (default: temp)")
     parser.add_argument("--json", type=Path, help="write the report here as JSON")
     args = parser.parse_args(argv)
@@ -46,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ChaosConfig(
         runs=args.runs, faults_per_kind=args.faults_per_kind, seed=args.seed,
         in_flight=args.in_flight, settle=args.settle, kinds=kinds, timeouts=args.timeouts,
-        recovery_wait=args.recovery_wait,
+        recovery_wait=args.recovery_wait, users=args.users,
         work_dir=args.work_dir, log=lambda line: print(line, flush=True))
     report = anyio.run(run_chaos, config, backend="asyncio")
     print(render(report), flush=True)

@@ -3,7 +3,9 @@
 Like ``runtime.embedded.start_cluster``, but each node listens where its namespace puts
 it, n3's process runs inside the side namespace, and the nodes ping their routes and
 clients every second, so a connection that went silent in a partition is dropped within
-seconds instead of the default two minutes (the route then re-forms once healed).
+seconds instead of the default two minutes (the route then re-forms once healed). With
+per-role users, each node includes their ``authorization`` block and its routes
+authenticate to each other (``tests.chaos.users``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -23,10 +26,24 @@ import anyio
 from runtime.embedded import NatsServerProcess, find_nats_server, free_port
 
 from .netns import Network
+from .users import Users
 
 NODE_PINGS = ('ping_interval: "1s"', "ping_max: 3")
 """Server-side pings: a node drops a silent route or client after about three seconds."""
 READY_TIMEOUT = 60.0
+
+
+@dataclass(eq=False)
+class _AuthorizedNode(NatsServerProcess):
+    """A node whose ``cluster`` section takes only routes that present the route secret."""
+
+    route_authorization: str = field(default="", kw_only=True)
+
+    def _config(self) -> str:
+        config = super()._config()
+        if not self.route_authorization:
+            return config
+        return config.replace("cluster {\n", f"cluster {{\n  {self.route_authorization}\n", 1)
 
 
 class Node:
@@ -75,22 +92,26 @@ def _side_executable(base: Path, network: Network) -> str:
     return str(script)
 
 
-async def start_nodes(base: Path, network: Network) -> list[Node]:
-    """n1, n2 (root) and n3 (side), routed to each other; returns once a meta leader rules."""
+async def start_nodes(base: Path, network: Network, users: Users | None = None) -> list[Node]:
+    """n1, n2 (root) and n3 (side), routed to each other; returns once a meta leader rules.
+    With ``users``, clients must log in as one of them and routes with the route secret."""
     hosts = [network.root_addr, network.root_addr, network.side_addr]
     ports: list[int] = []
     while len(ports) < 3:
         if (port := free_port()) not in ports:
             ports.append(port)
-    routes = [f"nats-route://{h}:{p}" for h, p in zip(hosts, ports, strict=True)]
+    routes = [users.route_url(h, p) if users else f"nats-route://{h}:{p}"
+              for h, p in zip(hosts, ports, strict=True)]
     nodes = []
     for i, (host, port, route) in enumerate(zip(hosts, ports, routes, strict=True), start=1):
         side = i == 3 and network.namespace is not None
         executable = _side_executable(base, network) if side else find_nats_server()
-        server = NatsServerProcess(
-            base / f"n{i}", host=host, server_name=f"n{i}", cluster_port=port,
-            routes=[r for r in routes if r != route], extra_config=NODE_PINGS,
-            executable=executable)
+        data_dir = base / f"n{i}"
+        server = _AuthorizedNode(
+            data_dir, host=host, server_name=f"n{i}", cluster_port=port,
+            routes=[r for r in routes if r != route], executable=executable,
+            extra_config=[*NODE_PINGS, *([users.include(data_dir)] if users else [])],
+            route_authorization=users.route_authorization() if users else "")
         nodes.append(Node(server, side=side))
     try:
         for node in nodes:

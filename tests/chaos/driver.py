@@ -1,10 +1,15 @@
 """One chaos run, start to end: cluster, fleet, workload, faults, then the verdicts.
 
-The driver process holds the scripted model server and a client connection; everything
-else is a real process: three nats-servers (n3 on the side namespace), planners,
-executors of the ``worker`` role, synthesizers and a supervisor. Runs are submitted
-through ``runtime.client`` and spread over the fault loop; afterwards every run gets a
-bounded wait for its terminal event, and its stored log is judged.
+The driver process holds the scripted model server, a client connection and an observer
+connection; everything else is a real process: three nats-servers (n3 on the side
+namespace), planners, executors of the ``worker`` role, synthesizers and a supervisor.
+Runs are submitted through ``runtime.client`` and spread over the fault loop; afterwards
+every run gets a bounded wait for its terminal event, and its stored log is judged.
+
+By default each of them is its own NATS user (``plancast auth init``): the admin
+provisions the streams and the roles' consumers, each runner connects as its role, the
+client submits as ``client`` and the observer follows as ``watcher``; whatever a node
+refuses a user is counted (``ChaosConfig.users=False``: no users, as before).
 """
 
 from __future__ import annotations
@@ -21,19 +26,22 @@ from typing import Any
 import anyio
 
 from protocols import RunFailed, encode
+from runtime.auth import ADMIN, CLIENT, WATCHER
 from runtime.connection import open_bus
+from runtime.provision import provision_consumers
 from runtime.settings import Settings
-from runtime.team import TeamConfig
+from runtime.team import TeamConfig, load_team
 from runtime.testing import open_scripted_model_server
 
 from .cluster import Node, start_nodes, stop_nodes
-from .evidence import run_lines
+from .evidence import permission_violations, run_lines
 from .faults import DURATIONS, KINDS, NODE_KINDS, RECOVERY_WAIT, FaultLoop
 from .fleet import ROOT, Fleet, Member, StartFailed
 from .ledger import read_ledger
 from .netns import Network, open_network
 from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
 from .report import Report, judge, ledger_figures, silences, timelines
+from .users import Users, make_users
 from .workload import RunSpec, make_runs, scenario
 
 PREFIX = "chaos"
@@ -70,6 +78,8 @@ class ChaosConfig:
     kinds: tuple[str, ...] = KINDS
     timeouts: bool | None = None
     """Write ``[timeouts]`` into the team file; None: if this checkout's TeamConfig has it."""
+    users: bool = True
+    """One NATS user per role, for the client and the observer (False: no users at all)."""
     work_dir: Path | None = None
     """Where logs, the ledger and the nats data go (a new temp dir if None)."""
     log: Callable[[str], None] = field(default=print, repr=False)
@@ -118,9 +128,11 @@ def members(config: ChaosConfig, network: Network) -> list[Member]:
 
 
 def runner_env(urls: str, work: Path) -> dict[str, str]:
+    """Every runner's environment (the fleet adds each one's credentials)."""
     import os
 
-    return {**os.environ, **TIMINGS, "NATS_URL": urls, "PLANCAST_PREFIX": PREFIX,
+    inherited = {k: v for k, v in os.environ.items() if k not in ("NATS_CREDS", "PLANCAST_CREDS")}
+    return {**inherited, **TIMINGS, "NATS_URL": urls, "PLANCAST_PREFIX": PREFIX,
             "PLANCAST_REPLICAS": "3", "PLANCAST_TEST_DIR": str(work),
             "PLANCAST_TEST_LOG": "INFO", "PLANCAST_PING_INTERVAL": str(PINGS[0]),
             "PLANCAST_MAX_OUTSTANDING_PINGS": str(PINGS[1]), "OPENAI_API_KEY": "scripted",
@@ -138,34 +150,54 @@ async def run_chaos(config: ChaosConfig) -> Report:
     specs = make_runs(config.seed, config.runs, path_seconds=path)
     log(f"chaos: seed {config.seed}, {config.runs} runs (critical path ~{path:.1f}s), "
         f"{config.faults_per_kind} faults of each kind, timeouts {'on' if timeouts else 'off'}"
-        f"; work dir {work}")
+        f", users {'on' if config.users else 'off'}; work dir {work}")
     with open_network(wanted="partition" in config.kinds) as network:
         if network.unavailable and "partition" in config.kinds:
             log(f"chaos: partitions unavailable: {network.unavailable}")
-        nodes = await start_nodes(work / "nats", network)
-        try:
-            urls = ",".join(n.url for n in nodes)
-            async with open_scripted_model_server(scenario(specs), host=network.model_addr) \
-                    as model:
-                team_file = work / "team.toml"
-                team_file.write_text(team_toml(model.base_url, timeouts))
+        async with open_scripted_model_server(scenario(specs), host=network.model_addr) \
+                as model:
+            team_file = work / "team.toml"
+            team_file.write_text(team_toml(model.base_url, timeouts))
+            users = make_users(work / "auth", PREFIX, load_team(team_file)) \
+                if config.users else None
+            nodes = await start_nodes(work / "nats", network, users)
+            try:
+                urls = ",".join(n.url for n in nodes)
                 fleet = Fleet(team_file, runner_env(urls, work), network, work / "logs",
-                              members(config, network))
+                              members(config, network), users)
                 try:
                     return await _drive(config, work, network, nodes, fleet, specs, urls,
                                         timeouts)
                 finally:
                     fleet.close()
-        finally:
-            stop_nodes(nodes)
+            finally:
+                stop_nodes(nodes)
+
+
+def settings_as(users: Users | None, user: str, urls: str) -> Settings:
+    """The driver's settings for connecting as ``user`` (anonymous without users)."""
+    return Settings(nats_url=urls, prefix=PREFIX, replicas=3, ping_interval=PINGS[0],
+                    max_outstanding_pings=PINGS[1], creds=users.creds(user) if users else None)
+
+
+async def _provision(users: Users | None, fleet: Fleet, urls: str) -> None:
+    """With users, the admin makes the streams and the roles' consumers (a role's user may
+    create nothing), with the runners' ack wait; without, the first connection and each
+    runner make them."""
+    if users is None:
+        return
+    settings = settings_as(users, ADMIN, urls).model_copy(
+        update={"ack_wait": float(TIMINGS["PLANCAST_ACK_WAIT"])})
+    async with open_bus(settings) as admin:
+        await provision_consumers(admin.js, load_team(fleet.team_file), settings)
 
 
 async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[Node],
                  fleet: Fleet, specs: list[RunSpec], urls: str, timeouts: bool) -> Report:
     log = config.log
-    settings = Settings(nats_url=urls, prefix=PREFIX, replicas=3, ping_interval=PINGS[0],
-                        max_outstanding_pings=PINGS[1])
-    async with open_bus(settings) as bus:
+    await _provision(fleet.users, fleet, urls)
+    async with open_bus(settings_as(fleet.users, CLIENT, urls)) as client, \
+            open_bus(settings_as(fleet.users, WATCHER, urls)) as observer:
         started = time.monotonic()
         await fleet.start_all()
         log(f"chaos: {len(fleet.members)} actor processes serve "
@@ -184,7 +216,7 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
             tg.start_soon(_watch, fleet, notes, _stamped(log))
             tg.start_soon(_progress, runs, loop, samples, faults_done, _stamped(log))
             async with anyio.create_task_group() as followers:
-                followers.start_soon(_submit_all, bus, runs, followers, loop,
+                followers.start_soon(_submit_all, client, observer, runs, followers, loop,
                                      config.in_flight)
                 await faults_done.wait()
                 log(f"chaos: faults over after {time.time() - t0:.0f}s; waiting up to "
@@ -195,7 +227,7 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
                 followers.cancel_scope.cancel()
             tg.cancel_scope.cancel()
         until = time.time()
-        logs = {run.run_id: await read_log(bus, run.run_id) for run in runs}
+        logs = {run.run_id: await read_log(observer, run.run_id) for run in runs}
     for run in runs:
         if error := logs[run.run_id].error:  # judge what the follower saw instead
             notes.append(f"{run.run_id}: its stored events could not be read ({error}); "
@@ -207,10 +239,12 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
         if verdict.troubled or verdict.status == "failed":
             verdict.evidence = run_lines(work / "logs", verdict.run_id, fleet.owner_of)
     duplicates, redeliveries = ledger_figures(executions := read_ledger(work))
+    refused = permission_violations(n.server.log_path for n in nodes)
     notes += [f"{r.run_id}: follower restarted {r.restarts} times" for r in runs if r.restarts]
     return Report(
         config={**{k: v for k, v in asdict(config).items() if k != "log"},
-                "work_dir": str(work), "timeouts": timeouts, "partition_network":
+                "work_dir": str(work), "timeouts": timeouts, "users": config.users,
+                "partition_network":
                 network.namespace or "", "nodes": [n.url for n in nodes]},
         runs=verdicts, duplicates=duplicates, redeliveries=redeliveries,
         executions=len(executions), faults=loop.faults, unavailable=loop.unavailable,
@@ -218,7 +252,7 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
         in_flight={"mean": statistics.mean(samples) if samples else 0.0,
                    "max": float(max(samples, default=0))},
         members={m.name: m.pids for m in fleet.members},
-        notes=notes)
+        notes=notes, permission_violations=refused)
 
 
 def _keep_logs(folder: Path, logs: dict[str, StoredLog]) -> None:
@@ -242,8 +276,8 @@ def fault_seconds(config: ChaosConfig) -> float:
     return config.faults_per_kind * (len(config.kinds) * sum(config.pace) / 2 + node_hold / 2)
 
 
-async def _submit_all(bus: Any, runs: list[Tracked], followers: Any, loop: FaultLoop,
-                      in_flight: int) -> None:
+async def _submit_all(client: Any, observer: Any, runs: list[Tracked], followers: Any,
+                      loop: FaultLoop, in_flight: int) -> None:
     """Spread the runs over the faults: run i goes in once i/len(runs) of the faults were
     injected and fewer than ``in_flight`` runs are in flight."""
     slots = anyio.Semaphore(in_flight)
@@ -251,7 +285,7 @@ async def _submit_all(bus: Any, runs: list[Tracked], followers: Any, loop: Fault
         await loop.injected(i * loop.total // len(runs))
         await slots.acquire()  # released when the run ends (or looks hung)
         run.submitted = time.time()
-        followers.start_soon(_run, bus, run, slots)
+        followers.start_soon(_run, client, observer, run, slots)
 
 
 def _stamped(log: Callable[[str], None]) -> Callable[[str], None]:
@@ -266,9 +300,10 @@ async def _faults(loop: FaultLoop, done: anyio.Event) -> None:
         done.set()
 
 
-async def _run(bus: Any, run: Tracked, slots: anyio.Semaphore) -> None:
-    """Submit and follow one run. Its slot frees when it ends, or once it has taken
-    ``HOLD`` times its critical path (it may have hung: it must not stall the workload)."""
+async def _run(client: Any, observer: Any, run: Tracked, slots: anyio.Semaphore) -> None:
+    """Submit (as the client) and follow (as the observer) one run. Its slot frees when it
+    ends, or once it has taken ``HOLD`` times its critical path (it may have hung: it must
+    not stall the workload)."""
     held = max(60.0, HOLD * run.spec.critical_path)
     async with anyio.create_task_group() as tg:
         async def free_slot() -> None:
@@ -277,8 +312,8 @@ async def _run(bus: Any, run: Tracked, slots: anyio.Semaphore) -> None:
             slots.release()
 
         tg.start_soon(free_slot)
-        if await submit_run(bus, run):
-            await follow_run(bus, run)
+        if await submit_run(client, run):
+            await follow_run(observer, run)
 
 
 async def _watch(fleet: Fleet, notes: list[str], log: Callable[[str], None]) -> None:

@@ -1,18 +1,23 @@
-"""The actors' log lines about one run, from every member's log, in time order.
+"""The actors' log lines about one run, from every member's log, in time order; and
+what the servers refused.
 
 Runner processes log ``HH:MM:SS.mmm <pid> <logger> <LEVEL> <message>`` (see
 ``tests.durability.runner``); each line naming the run is kept, with the pid replaced by
 the member it belonged to (``planner-2#3``: the third process of planner-2), and a line a
-member keeps repeating is shown once with its count.
+member keeps repeating is shown once with its count. A node logs each message it refused
+a user (``Publish Violation``, ``Subscription Violation``: the client is told
+"Permissions Violation") and each login it refused (``authentication error``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 _LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) (\d+) (.*)$")
+_REFUSED = re.compile(r"(Publish|Subscription|Permissions|Authorization) Violation"
+                      r"|authentication error")
 
 
 def run_lines(log_dir: Path, run_id: str, owner_of: Callable[[int], str],
@@ -51,3 +56,17 @@ def last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1][:300] if lines else ""
+
+
+def permission_violations(server_logs: Iterable[Path]) -> list[str]:
+    """Every line of the servers' logs where a user was refused a publish, a subscription
+    or a login, prefixed with the node (its log's folder)."""
+    found = []
+    for path in server_logs:
+        try:
+            with path.open(errors="replace") as log:
+                found += [f"{path.parent.name}: {line.strip()[:400]}" for line in log
+                          if _REFUSED.search(line)]
+        except FileNotFoundError:
+            continue
+    return found

@@ -2,7 +2,8 @@
 
 Each member is one ``python -m tests.durability.runner TEAM ROLE`` process, in the root
 namespace or on the side; its stderr (the actors' log) goes to ``<name>.log``. Members die
-with the driver (PR_SET_PDEATHSIG), so a crashed suite leaves nothing running.
+with the driver (PR_SET_PDEATHSIG), so a crashed suite leaves nothing running. With
+per-role users, each member connects as its role's user (``NATS_CREDS``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import anyio
 
 from .evidence import last_line
 from .netns import Network
+from .users import Users
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 60.0
@@ -65,12 +67,21 @@ def _die_with_parent() -> Callable[[], None]:
 
 class Fleet:
     def __init__(self, team_file: Path, env: dict[str, str], network: Network,
-                 log_dir: Path, members: Sequence[Member]) -> None:
+                 log_dir: Path, members: Sequence[Member], users: Users | None = None) -> None:
         self.team_file = team_file
         self.env = env
         self.network = network
         self.log_dir = log_dir
         self.members = list(members)
+        self.users = users
+        if users and (shared := [m.name for m in self.members if "," in m.roles]):
+            raise ValueError(f"{shared} serve several roles: one NATS user cannot")
+
+    def env_of(self, member: Member) -> dict[str, str]:
+        """The runner's environment: the deployment's, and its role's credentials."""
+        if self.users is None:
+            return self.env
+        return {**self.env, "NATS_CREDS": str(self.users.creds(member.roles))}
 
     def log_path(self, member: Member) -> Path:
         return self.log_dir / f"{member.name}.log"
@@ -84,7 +95,7 @@ class Fleet:
             log.flush()
             # On the loop's thread, not a worker's: PDEATHSIG follows the forking thread.
             proc = subprocess.Popen(  # noqa: ASYNC220
-                self.network.wrap(argv, side=member.side), env=self.env, cwd=ROOT,
+                self.network.wrap(argv, side=member.side), env=self.env_of(member), cwd=ROOT,
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
                 start_new_session=True, preexec_fn=_die_with_parent())
         member.proc, member.stopped = proc, False

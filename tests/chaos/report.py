@@ -83,16 +83,25 @@ class Report:
     members: dict[str, list[int]]
     """Each actor member's process ids, first to last."""
     notes: list[str] = field(default_factory=list)
+    permission_violations: list[str] = field(default_factory=list)
+    """The servers' log lines refusing a user a publish, a subscription or a login: with
+    per-role users, each is an actor or client doing what its user may not; must be empty."""
 
     def of(self, status: str) -> list[RunVerdict]:
         return [r for r in self.runs if r.status == status]
 
     def problems(self) -> list[str]:
-        """What must be zero: hung runs, wrong answers, violations, duplicate executions."""
+        """What must be zero: hung runs, wrong answers, violations, duplicate executions,
+        permission violations."""
         found = [f"hung: {r.run_id} (last event {r.last_event})" for r in self.of("hung")]
         found += [f"wrong answer: {r.run_id}: {w}" for r in self.runs for w in r.wrong]
         found += [f"violation: {r.run_id}: {v}" for r in self.runs for v in r.violations]
         found += [f"duplicate execution: {k} ran {n} times" for k, n in self.duplicates.items()]
+        refused = self.permission_violations
+        found += [f"permission violation: {line}" for line in refused[:EVIDENCE_SHOWN]]
+        if len(refused) > EVIDENCE_SHOWN:
+            found.append(f"permission violations: {len(refused) - EVIDENCE_SHOWN} more "
+                         "(all in the JSON report)")
         return found
 
 
@@ -209,6 +218,8 @@ def render(report: Report) -> str:
              f"  executions (ledger)            {report.executions}",
              f"  duplicate executions/delivery  {len(report.duplicates)}",
              f"  attempts run more than once    {report.redeliveries}",
+             f"  permission violations (nodes)  {len(report.permission_violations)}"
+             f" (users {'on' if report.config.get('users') else 'off'})",
              "", "  fault kind    count  silence p50   max    worst  (runs that ended; steps "
              f"sleep up to {MAX_SLEEP:g}s)"]
     counts = Counter(f.kind for f in report.faults)
@@ -272,6 +283,8 @@ def to_json(report: Report) -> dict[str, Any]:
         "violations": _by_rule(report.runs),
         "duplicate_executions": len(report.duplicates),
         "redelivered_attempts": report.redeliveries,
+        "permission_violations": len(report.permission_violations),
+        "users": bool(report.config.get("users")),
         "faults": dict(Counter(f.kind for f in report.faults)),
     }
     return data
