@@ -38,6 +38,7 @@ from protocols import (
     nonce,
 )
 from runtime.auth import CLIENT
+from runtime.bus import ObjectRefused
 from runtime.errors import StepStateError
 from runtime.step_states import StepState
 from runtime.team import TEAM_KIND
@@ -109,6 +110,10 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
     return False
 
 
+REFUSALS_TOLD = 1000
+"""Refused outcomes of one run (in one planner's hands) each told with an event; the
+sender still hears of every one on its error subject, and the log keeps them all."""
+
 WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}
 """The role kind that does each kind of work other than steps."""
 
@@ -163,8 +168,11 @@ async def refuse(run: Run, message: Message, reason: str, *, role: str,
     the run's events, and to the sender on its role's error subject."""
     kind = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
     log.info("run %s: %s refused: %s", run.run_id, kind, reason)
-    await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind), step_id=step_id,
-                                         attempt=attempt, sender=sender, reason=reason))
+    run.refused += 1
+    if run.refused <= REFUSALS_TOLD:  # a flood of them must not crowd the events stream
+        await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind),
+                                             step_id=step_id, attempt=attempt, sender=sender,
+                                             reason=reason))
     with contextlib.suppress(Exception):  # a courtesy: the run's events are the record
         await run.bus.publish(run.bus.subject(Verb.ERROR, role), ActorError(
             role=run.planner.name, instance=run.planner.instance,
@@ -246,7 +254,13 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
         return False
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
-        output = (await run.bus.get_object(result.output_ref)).decode()
+        try:
+            output = (await run.bus.get_object(
+                result.output_ref, limit=run.planner.object_limit_of(role))).decode()
+        except (ObjectRefused, UnicodeDecodeError) as exc:  # fetching it again changes nothing
+            await run.step_failed(step, attempt, f"its output could not be read: {exc}",
+                                  attempt < run.team.step_attempts, "error")
+            return False
     if run.reviewed(step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,

@@ -50,6 +50,7 @@ from protocols import (
     runs_bucket,
     step_keys,
     stream_name,
+    stream_of,
     subject,
 )
 from runtime import telemetry
@@ -62,9 +63,10 @@ from runtime.plan_constraint import TEXT_CHARS
 from runtime.plans import check_plan
 from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
+from runtime.sources import consumer_config
 from runtime.subteams import plan_roles, request_problem
 
-from . import outcomes, run_timers
+from . import outcomes, run_timers, stores
 from .liveness import Liveness
 from .resume import Tail, fold, planned_steps, read_tail
 from .run import Run
@@ -119,6 +121,7 @@ class Planner(RoleActor):
             self._runs_tg = runs
             await runs.start(self.liveness.watch)
             runs.start_soon(self._adopt_loop)
+            runs.start_soon(stores.watch_results, self)
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
 
@@ -155,6 +158,7 @@ class Planner(RoleActor):
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
         else:
+            await self._open_outcomes(run_id)
             self._start(record, revision, adopted=False)
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
@@ -231,10 +235,7 @@ class Planner(RoleActor):
             return
         self.runs[run_id] = run
         try:
-            results = await self.add_source(WorkQueue(
-                Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
-                f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
-                provisioned=False))
+            results = await self.add_source(self._outcomes(run_id))
             try:
                 with run.scope:
                     async with anyio.create_task_group() as tg:
@@ -257,6 +258,35 @@ class Planner(RoleActor):
                         stream_name(self.bus.prefix, Stream.RESULTS), f"run-{run_id}")
 
     # -- what comes back -----------------------------------------------------------------
+
+    def _outcomes(self, run_id: str) -> WorkQueue:
+        """The run's own consumer of the results stream: ``result.<run>.>``."""
+        return WorkQueue(
+            Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
+            f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
+            provisioned=False)
+
+    async def _open_outcomes(self, run_id: str) -> None:
+        """Make the run's consumer before anyone hears of the run: the results stream
+        keeps only what some consumer reads (a result for a run nobody drives is dropped by
+        the server), so a cancel sent the moment the run is accepted must find it there."""
+        queue = self._outcomes(run_id)
+        try:
+            await self.bus.js.add_consumer(stream_name(self.bus.prefix, Stream.RESULTS),
+                                           config=consumer_config(queue, self.settings))
+        except Exception as exc:  # its driver makes it in a moment
+            log.warning("run %s: could not make its results consumer yet: %s", run_id, exc)
+
+    def object_limit(self, delivery: Delivery) -> int | None:
+        """A role's outcome by reference may be at most its ``max_object_bytes``."""
+        if stream_of(self.bus.prefix, delivery.subject) is not Stream.RESULTS:
+            return None
+        return self.object_limit_of(delivery.subject.rsplit(".", 1)[-1])
+
+    def object_limit_of(self, role: str) -> int | None:
+        """Most bytes ``role`` may send by reference (None: the deployment's limit)."""
+        config = self.ctx.team.roles.get(role)
+        return config.max_object_bytes if config is not None else None
 
     @on(*RESULT_TYPES)
     async def outcome(self, message: Message, delivery: Delivery) -> None:
@@ -304,14 +334,17 @@ class Planner(RoleActor):
         await self._too_late(message, delivery, "has ended")
 
     async def _too_late(self, message: Message, delivery: Delivery, why: str) -> None:
-        """The run's events are closed (or it has none): say so on our error subject."""
+        """The run's events are closed (or it has none): say so to the sender, on its
+        role's error subject, and discard the outcome."""
         tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
         run_id = message.run_id  # type: ignore[attr-defined]
         reason = f"{tag} for run {run_id}, which {why}: it changes nothing"
         log.info(reason)
-        await self._report(ActorError(role=self.name, instance=self.instance,
-                                      subject=delivery.subject, reason=reason,
-                                      size=delivery.size, ts=time.time()))
+        sender = delivery.subject.rsplit(".", 1)[-1]
+        with contextlib.suppress(Exception):  # a courtesy: the outcome is discarded anyway
+            await self.bus.publish(self.bus.subject(Verb.ERROR, sender), ActorError(
+                role=self.name, instance=self.instance, subject=delivery.subject,
+                reason=reason, size=delivery.size, ts=time.time()))
 
     # -- leases --------------------------------------------------------------------------
 

@@ -267,10 +267,17 @@ class Actor:
             # is at risk; invalid UTF-8 in a string is a UnicodeDecodeError.
             return f"malformed message, not valid JSON: {type(exc).__name__}: {exc}"[:500]
 
+    def object_limit(self, delivery: Delivery) -> int | None:
+        """Most bytes the sender of ``delivery`` may send by reference; None: the
+        deployment's ``PLANCAST_MAX_OBJECT_BYTES`` (the planner knows each role's)."""
+        return None
+
     async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
-        """A message too large to send came by reference: fetch it from the object store."""
+        """A message too large to send came by reference: fetch it from the object store
+        (a reference to more than its sender may send is refused unfetched)."""
         try:
-            message: Message = decoder.decode(await self.bus.resolve(delivery.data))
+            message: Message = decoder.decode(
+                await self.bus.resolve(delivery.data, limit=self.object_limit(delivery)))
             return message
         except UNREADABLE as exc:
             return f"invalid offloaded message: {exc}"[:500]

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,14 +24,30 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from nats.nuid import NUID
 
-from protocols import Message, ObjectRef, Offloaded, Verb, decode, encode, objects_bucket, subject
+from protocols import (
+    Message,
+    ObjectRef,
+    Offloaded,
+    Verb,
+    decode,
+    encode,
+    objects_bucket,
+    stream_name,
+    stream_of,
+    subject,
+)
 from protocols.codec import UNREADABLE
 
+from .budget import ByteBudget
 from .jetstream import JetStream, acknowledged, outcome
 from .settings import Settings
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
-"""Largest payload an actor fetches through an ``message.offloaded`` reference."""
+"""Largest payload an actor fetches through an ``message.offloaded`` reference, unless
+``PLANCAST_MAX_OBJECT_BYTES`` says otherwise."""
+FETCHING = 2
+"""Fetches of the largest size a process holds at once (``ByteBudget``)."""
+_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 log = logging.getLogger(__name__)
 _nuid = NUID()
@@ -90,6 +107,10 @@ class StorageFull(Exception):
     """A stream (or the object store) is at its ``max_bytes``: waiting will not help."""
 
 
+class ObjectRefused(ValueError):
+    """An object reference that is not fetched, or an object that is not what it says."""
+
+
 def _full(exc: APIError, where: str) -> StorageFull:
     return StorageFull(f"{where} is full ({exc.description}): raise PLANCAST_MAX_STREAM_BYTES "
                        "(then `plancast provision`) or wait for old runs to age out")
@@ -130,6 +151,8 @@ class Bus:
         """This connection's user may create streams and consumers (not a role's user of
         ``plancast auth init``, which binds only to what ``plancast provision`` made)."""
         """The URL actually connected to (the embedded server's when one was started)."""
+        self.fetching = ByteBudget(FETCHING * settings.max_object_bytes)
+        """Bytes of objects being fetched at once: a burst of references takes turns."""
 
     def subject(self, verb: Verb, *tokens: str) -> str:
         """A subject under this deployment's prefix (each built and checked once: a
@@ -232,7 +255,7 @@ class Bus:
                 return int(ack.seq)
             except APIError as exc:
                 if exc.err_code == STORAGE_FULL:
-                    raise _full(exc, f"the stream behind {subj}") from exc
+                    raise _full(exc, self._stream_behind(subj)) from exc
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
                     raise Fenced(f"{subj}: {exc.description}") from exc
                 if getattr(exc, "err_code", None) == FENCE_BUSY:
@@ -252,6 +275,11 @@ class Bus:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
 
+    def _stream_behind(self, subj: str) -> str:
+        kind = stream_of(self.prefix, subj)
+        return f"stream {stream_name(self.prefix, kind)} ({subj})" if kind is not None \
+            else f"the stream behind {subj}"
+
     async def _offload(self, payload: bytes, message: Message, msg_id: str | None) -> bytes:
         """Store a too-large message in the object store; return the envelope to send.
 
@@ -265,6 +293,10 @@ class Bus:
 
     async def put_object(self, name: str, data: bytes) -> ObjectRef:
         """Keep ``data`` in the deployment's object store; a reference travels instead."""
+        if len(data) > self.settings.max_object_bytes:
+            raise StorageFull(f"a {len(data)}-byte payload is more than the object store "
+                              f"takes ({self.settings.max_object_bytes} bytes, "
+                              "PLANCAST_MAX_OBJECT_BYTES)")
         store = await self.js.object_store(objects_bucket(self.prefix))
         try:
             await store.put(name, data)
@@ -275,40 +307,49 @@ class Bus:
         return ObjectRef(bucket=objects_bucket(self.prefix), name=name, size=len(data),
                          sha256=hashlib.sha256(data).hexdigest())
 
-    async def get_object(self, ref: ObjectRef) -> bytes:
-        """Fetch what ``put_object`` stored, checking the reference first (our own bucket,
-        a digest, a bounded size) and the digest last.
+    async def get_object(self, ref: ObjectRef, *, limit: int | None = None) -> bytes:
+        """Fetch what ``put_object`` stored, checking the reference before anything is
+        fetched: our own bucket, a digest, a size its sender may send (``limit``, at most
+        ``PLANCAST_MAX_OBJECT_BYTES``) and the stored object's own size equal to it. The
+        chunks are read into at most that size, the digest taken as they come.
 
         It reads the chunks one by one with stream "get" requests rather than through a
         consumer: no role's NATS user may create consumers, since a consumer can be told
         to deliver stored bytes to any subject (nats-server#8274)."""
         own = objects_bucket(self.prefix)
-        if ref.bucket != own or not ref.sha256 or not 0 <= ref.size <= MAX_OBJECT_BYTES:
-            raise ValueError(f"refused an object reference to {ref.bucket}/{ref.name} "
-                             f"({ref.size} bytes): references must name bucket {own}, carry "
-                             f"a sha256 and stay under {MAX_OBJECT_BYTES} bytes")
+        most = min(limit or self.settings.max_object_bytes, self.settings.max_object_bytes)
+        if ref.bucket != own or not _DIGEST.fullmatch(ref.sha256) or not 0 <= ref.size <= most:
+            raise ObjectRefused(
+                f"refused an object reference to {ref.bucket}/{ref.name} ({ref.size} bytes) "
+                f"unfetched: references must name bucket {own}, carry a sha256 and stay "
+                f"within the {most} bytes their sender may send by reference")
         stream = f"OBJ_{own}"
         key = base64.urlsafe_b64encode(ref.name.encode()).decode()
         meta = await self.js.get_last_msg(stream, f"$O.{own}.M.{key}")
         info = api.ObjectInfo.from_response(json.loads(meta.data or b"{}"))
         if info.deleted or not info.nuid or (info.options and info.options.link) \
-                or (info.size or 0) > MAX_OBJECT_BYTES:
-            raise ValueError(f"object {ref.name} is deleted, a link or too large")
-        data, seq = bytearray(), 0
-        for _ in range(info.chunks or 0):
-            chunk = await self.js.get_msg(stream, seq + 1, f"$O.{own}.C.{info.nuid}", next=True)
-            seq = chunk.seq or seq + 1
-            data += chunk.data or b""
-            if len(data) > MAX_OBJECT_BYTES:
-                raise ValueError(f"object {ref.name} is larger than it says")
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise ValueError(f"object {ref.name} does not match its digest")
-        return bytes(data)
+                or info.size != ref.size:
+            raise ObjectRefused(f"object {ref.name} is deleted, a link, or not of the "
+                                f"{ref.size} bytes its reference says ({info.size})")
+        async with self.fetching.holding(ref.size):
+            digest, data, seq = hashlib.sha256(), bytearray(), 0
+            for _ in range(info.chunks or 0):
+                chunk = await self.js.get_msg(stream, seq + 1, f"$O.{own}.C.{info.nuid}",
+                                              next=True)
+                seq, part = chunk.seq or seq + 1, chunk.data or b""
+                if len(data) + len(part) > ref.size:
+                    raise ObjectRefused(f"object {ref.name} is larger than it says")
+                digest.update(part)
+                data += part
+            if len(data) != ref.size or digest.hexdigest() != ref.sha256.lower():
+                raise ObjectRefused(f"object {ref.name} does not match its digest")
+            return bytes(data)
 
-    async def resolve(self, data: bytes) -> bytes:
-        """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope."""
+    async def resolve(self, data: bytes, *, limit: int | None = None) -> bytes:
+        """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope
+        (of at most ``limit`` bytes: ``get_object``)."""
         envelope = offloaded(data)
-        return data if envelope is None else await self.get_object(envelope.ref)
+        return data if envelope is None else await self.get_object(envelope.ref, limit=limit)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0
