@@ -157,11 +157,20 @@ class Planner(RoleActor):
             revision = await self.kv.create(run_key(run_id), encode(record))
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
+            if await self._active(run_id):  # its planner may have died before making it
+                await self._open_outcomes(run_id)
         else:
             await self._open_outcomes(run_id)
             self._start(record, revision, adopted=False)
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
+
+    async def _active(self, run_id: str) -> bool:
+        try:
+            record: RunRecord = decode((await self.kv.get(run_key(run_id))).value, RunRecord)
+        except KeyNotFoundError:
+            return False
+        return record.status == "active"
 
     async def _known(self, run_id: str) -> bool:
         """Whether ``run_id`` was submitted before (its submit is answered "accepted" again)."""
