@@ -130,16 +130,20 @@ async def as_worker(secured: Secured) -> Any:
     return nc, nc.jetstream()
 
 
-async def fill(js: Any, subj: str, total: int, size: int) -> int:
-    """Publish ``total`` bytes of junk on ``subj`` until done or refused; bytes accepted."""
-    sent = 0
-    while sent < total:
-        try:
-            await js.publish(subj, b"j" * size)
-        except APIError:  # the stream is full
-            break
-        sent += size
-    return sent
+async def fill(js: Any, subj: str, total: int, sizes: Sequence[int] = (100_000,)) -> None:
+    """Publish ``total`` bytes of junk on ``subj`` in messages of each size in turn, each
+    until refused (the stream is full): smaller ones last fill it to the last bytes."""
+    for size in sizes:
+        for _ in range(total // size):
+            try:
+                await js.publish(subj, b"j" * size)
+            except APIError:
+                break
+        total = 2 * size  # at most what a refusal at this size leaves
+
+
+TO_THE_BYTE = (100_000, 1_000, 50)
+"""Junk sizes that leave a full stream no room even for a claim."""
 
 
 async def test_junk_on_an_unknown_runs_result_subject_does_not_stop_later_runs(
@@ -148,7 +152,7 @@ async def test_junk_on_an_unknown_runs_result_subject_does_not_stop_later_runs(
     async with deployment(tmp_path, prefix, monkeypatch) as (secured, _):
         nc, js = await as_worker(secured)
         junk = subject(prefix, Verb.RESULT, "run-nosuchrun000", "worker")
-        await fill(js, junk, 2 * STREAM_BYTES, 100_000)
+        await fill(js, junk, 2 * STREAM_BYTES, TO_THE_BYTE)
         await nc.close()
         async with open_bus(secured.settings("client")) as client:
             events = [await run_to_end(client, plan("echo", text=f"run {n}")) for n in (1, 2)]
@@ -165,7 +169,7 @@ async def test_a_flood_on_a_roles_error_subject_evicts_no_live_runs_events(
         async with open_bus(secured.settings("client")) as client:
             run_id = await started(client, plan("hold", name="a"))
             nc, js = await as_worker(secured)
-            await fill(js, subject(prefix, Verb.ERROR, "worker"), 3 * STREAM_BYTES, 60_000)
+            await fill(js, subject(prefix, Verb.ERROR, "worker"), 3 * STREAM_BYTES, [60_000])
             await nc.close()
             held.released.set()
             with anyio.fail_after(30):  # a follower from event 1, after the flood
@@ -229,8 +233,7 @@ async def test_a_full_results_stream_fails_the_runs_waiting_on_it_naming_the_lim
             await admin.js.add_consumer(results, api.ConsumerConfig(
                 durable_name="backlog", filter_subject=backlog,
                 ack_policy=api.AckPolicy.EXPLICIT))
-            for size in (100_000, 1_000, 50):  # to the last byte: not even a claim fits
-                await fill(admin.js, backlog, 2 * STREAM_BYTES, size)
+            await fill(admin.js, backlog, 2 * STREAM_BYTES, TO_THE_BYTE)
             stuck = await run_to_end(client, plan("echo", text="no room"))
             await admin.js.delete_consumer(results, "backlog")
             await admin.js.purge_stream(results, subject=backlog)
