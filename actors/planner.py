@@ -63,7 +63,6 @@ from runtime.plan_constraint import TEXT_CHARS
 from runtime.plans import check_plan
 from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
-from runtime.sources import consumer_config
 from runtime.subteams import plan_roles, request_problem
 
 from . import outcomes, run_timers, stores
@@ -157,20 +156,16 @@ class Planner(RoleActor):
             revision = await self.kv.create(run_key(run_id), encode(record))
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
-            if await self._active(run_id):  # its planner may have died before making it
-                await self._open_outcomes(run_id)
         else:
-            await self._open_outcomes(run_id)
-            self._start(record, revision, adopted=False)
+            # Answered once the run's results consumer is there: the results stream keeps
+            # only what some consumer reads, so a cancel sent the moment the run is
+            # accepted must find it. (Not made here: the run starts at once, its lease
+            # running, and only its driver makes and removes the consumer.)
+            listening = self._start(record, revision, adopted=False)
+            with anyio.move_on_after(self.lease):
+                await listening.wait()
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
-
-    async def _active(self, run_id: str) -> bool:
-        try:
-            record: RunRecord = decode((await self.kv.get(run_key(run_id))).value, RunRecord)
-        except KeyNotFoundError:
-            return False
-        return record.status == "active"
 
     async def _known(self, run_id: str) -> bool:
         """Whether ``run_id`` was submitted before (its submit is answered "accepted" again)."""
@@ -186,10 +181,14 @@ class Planner(RoleActor):
         return self.ctx.team.tool_names() | set(self.ctx.tools.names())
 
     def _start(self, record: RunRecord, revision: int, *, adopted: bool,
-               previous: str = "") -> None:
+               previous: str = "") -> anyio.Event:
+        """Drive the run in a task of its own; the event is set once the run's results
+        consumer is there (or its driver gave up)."""
         assert self._runs_tg is not None
         self.starting.add(record.run_id)
-        self._runs_tg.start_soon(self._drive, record, revision, adopted, previous)
+        listening = anyio.Event()
+        self._runs_tg.start_soon(self._drive, record, revision, adopted, previous, listening)
+        return listening
 
     async def _take(self, record: RunRecord, revision: int, adopted: bool,
                     previous: str) -> Run:
@@ -226,15 +225,16 @@ class Planner(RoleActor):
             known_tools=self.known_tools, fetch=self.bus.get_object)
 
     async def _drive(self, record: RunRecord, revision: int, adopted: bool,
-                     previous: str) -> None:
+                     previous: str, listening: anyio.Event) -> None:
         """Own one run until it ends or is lost; never raises (other runs go on)."""
         try:
-            await self._own(record, revision, adopted, previous)
+            await self._own(record, revision, adopted, previous, listening)
         finally:
+            listening.set()
             self.starting.discard(record.run_id)
 
     async def _own(self, record: RunRecord, revision: int, adopted: bool,
-                   previous: str) -> None:
+                   previous: str, listening: anyio.Event) -> None:
         run_id = record.run_id
         try:
             run = await self._take(record, revision, adopted, previous)
@@ -245,6 +245,7 @@ class Planner(RoleActor):
         self.runs[run_id] = run
         try:
             results = await self.add_source(self._outcomes(run_id))
+            listening.set()
             try:
                 with run.scope:
                     async with anyio.create_task_group() as tg:
@@ -274,17 +275,6 @@ class Planner(RoleActor):
             Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
             f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
             provisioned=False)
-
-    async def _open_outcomes(self, run_id: str) -> None:
-        """Make the run's consumer before anyone hears of the run: the results stream
-        keeps only what some consumer reads (a result for a run nobody drives is dropped by
-        the server), so a cancel sent the moment the run is accepted must find it there."""
-        queue = self._outcomes(run_id)
-        try:
-            await self.bus.js.add_consumer(stream_name(self.bus.prefix, Stream.RESULTS),
-                                           config=consumer_config(queue, self.settings))
-        except Exception as exc:  # its driver makes it in a moment
-            log.warning("run %s: could not make its results consumer yet: %s", run_id, exc)
 
     def object_limit(self, delivery: Delivery) -> int | None:
         """A role's outcome by reference may be at most its ``max_object_bytes``."""
