@@ -38,6 +38,7 @@ from protocols import (
     object_space,
 )
 from runtime.auth import CLIENT
+from runtime.bus import ObjectRefused
 from runtime.errors import StepStateError
 from runtime.nonces import Nonces
 from runtime.step_states import StepState
@@ -109,6 +110,10 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
             return True  # a report: it changes no state (an abort saves on its own)
     return False
 
+
+REFUSALS_TOLD = 1000
+"""Refused outcomes of one run (in one planner's hands) each told with an event; the
+sender still hears of every one on its error subject, and the log keeps them all."""
 
 WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}
 """The role kind that does each kind of work other than steps."""
@@ -201,8 +206,11 @@ async def refuse(run: Run, message: Message, reason: str, *, role: str,
     the run's events, and to the sender on its role's error subject."""
     kind = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
     log.info("run %s: %s refused: %s", run.run_id, kind, reason)
-    await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind), step_id=step_id,
-                                         attempt=attempt, sender=sender, reason=reason))
+    run.refused += 1
+    if run.refused <= REFUSALS_TOLD:  # a flood of them must not crowd the events stream
+        await run.events.emit(OutcomeRefused(run_id=run.run_id, kind=str(kind),
+                                             step_id=step_id, attempt=attempt, sender=sender,
+                                             reason=reason))
     with contextlib.suppress(Exception):  # a courtesy: the run's events are the record
         await run.bus.publish(run.bus.subject(Verb.ERROR, role), ActorError(
             role=run.planner.name, instance=run.planner.instance,
@@ -286,8 +294,9 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
     if result.output_ref is not None and result.output is None:
         try:  # the sender may only have written it in its own results' space
             output = (await run.bus.get_object(result.output_ref, space=object_space(
-                run.bus.prefix, run.bus.subject(Verb.RESULT, run.run_id, role)))).decode()
-        except ValueError as exc:
+                run.bus.prefix, run.bus.subject(Verb.RESULT, run.run_id, role)),
+                limit=run.planner.object_limit_of(role))).decode()
+        except (ObjectRefused, UnicodeDecodeError) as exc:  # fetching it again changes nothing
             why = f"its output_ref cannot be used: {exc}"
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)

@@ -50,6 +50,7 @@ from protocols import (
     runs_bucket,
     step_keys,
     stream_name,
+    stream_of,
     subject,
 )
 from runtime import telemetry
@@ -65,7 +66,7 @@ from runtime.role import RoleActor, RoleContext
 from runtime.role_options import RoleOption
 from runtime.subteams import plan_roles, request_problem
 
-from . import outcomes, plan_review, run_timers
+from . import outcomes, plan_review, run_timers, stores
 from .liveness import Liveness
 from .resume import Tail, fold, planned_steps, read_tail
 from .run import Run
@@ -121,6 +122,7 @@ class Planner(RoleActor):
             self._runs_tg = runs
             await runs.start(self.liveness.watch)
             runs.start_soon(self._adopt_loop)
+            runs.start_soon(stores.watch_results, self)
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
 
@@ -160,7 +162,13 @@ class Planner(RoleActor):
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
         else:
-            self._start(record, revision, adopted=False)
+            # Answered once the run's results consumer is there: the results stream keeps
+            # only what some consumer reads, so a cancel sent the moment the run is
+            # accepted must find it. (Not made here: the run starts at once, its lease
+            # running, and only its driver makes and removes the consumer.)
+            listening = self._start(record, revision, adopted=False)
+            with anyio.move_on_after(self.lease):
+                await listening.wait()
         await delivery.respond(RunAccepted(run_id=run_id,
                                            events_subject=self.bus.subject(Verb.EVENT, run_id)))
 
@@ -178,10 +186,14 @@ class Planner(RoleActor):
         return self.ctx.team.tool_names() | set(self.ctx.tools.names())
 
     def _start(self, record: RunRecord, revision: int, *, adopted: bool,
-               previous: str = "") -> None:
+               previous: str = "") -> anyio.Event:
+        """Drive the run in a task of its own; the event is set once the run's results
+        consumer is there (or its driver gave up)."""
         assert self._runs_tg is not None
         self.starting.add(record.run_id)
-        self._runs_tg.start_soon(self._drive, record, revision, adopted, previous)
+        listening = anyio.Event()
+        self._runs_tg.start_soon(self._drive, record, revision, adopted, previous, listening)
+        return listening
 
     async def _take(self, record: RunRecord, revision: int, adopted: bool,
                     previous: str) -> Run:
@@ -218,15 +230,16 @@ class Planner(RoleActor):
             known_tools=self.known_tools, fetch=self.bus.get_object)
 
     async def _drive(self, record: RunRecord, revision: int, adopted: bool,
-                     previous: str) -> None:
+                     previous: str, listening: anyio.Event) -> None:
         """Own one run until it ends or is lost; never raises (other runs go on)."""
         try:
-            await self._own(record, revision, adopted, previous)
+            await self._own(record, revision, adopted, previous, listening)
         finally:
+            listening.set()
             self.starting.discard(record.run_id)
 
     async def _own(self, record: RunRecord, revision: int, adopted: bool,
-                   previous: str) -> None:
+                   previous: str, listening: anyio.Event) -> None:
         run_id = record.run_id
         try:
             run = await self._take(record, revision, adopted, previous)
@@ -236,10 +249,8 @@ class Planner(RoleActor):
             return
         self.runs[run_id] = run
         try:
-            results = await self.add_source(WorkQueue(
-                Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
-                f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
-                provisioned=False))
+            results = await self.add_source(self._outcomes(run_id))
+            listening.set()
             try:
                 with run.scope:
                     async with anyio.create_task_group() as tg:
@@ -262,6 +273,24 @@ class Planner(RoleActor):
                         stream_name(self.bus.prefix, Stream.RESULTS), f"run-{run_id}")
 
     # -- what comes back -----------------------------------------------------------------
+
+    def _outcomes(self, run_id: str) -> WorkQueue:
+        """The run's own consumer of the results stream: ``result.<run>.>``."""
+        return WorkQueue(
+            Stream.RESULTS, subject(self.bus.prefix, Verb.RESULT, run_id, ">", wildcard=True),
+            f"run-{run_id}", accepts=RESULT_TYPES, ack_wait=self.lease, max_deliver=-1,
+            provisioned=False)
+
+    def object_limit(self, delivery: Delivery) -> int | None:
+        """A role's outcome by reference may be at most its ``max_object_bytes``."""
+        if stream_of(self.bus.prefix, delivery.subject) is not Stream.RESULTS:
+            return None
+        return self.object_limit_of(delivery.subject.rsplit(".", 1)[-1])
+
+    def object_limit_of(self, role: str) -> int | None:
+        """Most bytes ``role`` may send by reference (None: the deployment's limit)."""
+        config = self.ctx.team.roles.get(role)
+        return config.max_object_bytes if config is not None else None
 
     @on(*RESULT_TYPES)
     async def outcome(self, message: Message, delivery: Delivery) -> None:
@@ -309,14 +338,17 @@ class Planner(RoleActor):
         await self._too_late(message, delivery, "has ended")
 
     async def _too_late(self, message: Message, delivery: Delivery, why: str) -> None:
-        """The run's events are closed (or it has none): say so on our error subject."""
+        """The run's events are closed (or it has none): say so to the sender, on its
+        role's error subject, and discard the outcome."""
         tag = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
         run_id = message.run_id  # type: ignore[attr-defined]
         reason = f"{tag} for run {run_id}, which {why}: it changes nothing"
         log.info(reason)
-        await self._report(ActorError(role=self.name, instance=self.instance,
-                                      subject=delivery.subject, reason=reason,
-                                      size=delivery.size, ts=time.time()))
+        sender = delivery.subject.rsplit(".", 1)[-1]
+        with contextlib.suppress(Exception):  # a courtesy: the outcome is discarded anyway
+            await self.bus.publish(self.bus.subject(Verb.ERROR, sender), ActorError(
+                role=self.name, instance=self.instance, subject=delivery.subject,
+                reason=reason, size=delivery.size, ts=time.time()))
 
     # -- leases --------------------------------------------------------------------------
 

@@ -100,6 +100,8 @@ class Run:
         self.synthesis_since = 0.0
         """Unix time the synthesis was asked for; 0 while the run waits for nothing else."""
         self.failure: RunFailure | None = None
+        self.refused = 0
+        """Outcomes refused with an event (``outcomes.refuse``): past a bound, only logged."""
         self.scope = anyio.CancelScope()
         """Cancelled when the run is lost to another planner."""
         self._work = anyio.CancelScope()

@@ -86,6 +86,7 @@ from .subjects import objects_bucket as objects_bucket
 from .subjects import plans_bucket as plans_bucket
 from .subjects import runs_bucket as runs_bucket
 from .subjects import stream_name as stream_name
+from .subjects import stream_of as stream_of
 from .subjects import subject as subject
 from .subjects import validate_token as validate_token
 

@@ -38,7 +38,8 @@ class Verb(enum.Enum):
     EVENT = ("event", 1)
     """``event.<run_id>``: a run's progress events (events stream, replayable)."""
     ERROR = ("error", 1)
-    """``error.<role>``: ActorError reports for bad input (events stream)."""
+    """``error.<role>``: ActorError reports for bad input (errors stream: a role's flood of
+    them can never push a run's events or fences out)."""
     DEAD = ("dead", 1)
     """``dead.<kind>``: raw payloads no actor could handle, kept for inspection."""
     HEARTBEAT = ("heartbeat", 2)
@@ -96,9 +97,14 @@ class Stream(enum.Enum):
     WORK = ("WORK", (Verb.STEP, Verb.REVIEW, Verb.SYNTHESIS, Verb.SYNTHESIS_FOR))
     """Tasks for executors, the critic and the synthesizer (work-queue retention)."""
     RESULTS = ("RESULTS", (Verb.RESULT,))
-    """Outcomes travelling back to the planner (work-queue retention)."""
-    EVENTS = ("EVENTS", (Verb.EVENT, Verb.ERROR, Verb.FENCE))
-    """Progress events, error reports and run ownership fences (limits retention: replayable)."""
+    """Outcomes travelling back to the planner (interest retention: kept only where a run's
+    planner reads, until it has)."""
+    EVENTS = ("EVENTS", (Verb.EVENT, Verb.FENCE))
+    """Progress events and run ownership fences (limits retention: replayable)."""
+    ERRORS = ("ERRORS", (Verb.ERROR,))
+    """Error reports, each role's on its own subject (limits retention, a bounded number per
+    role). After ``EVENTS``: provisioning takes the subject from there before it is given
+    here (two streams may not share a subject)."""
     DEAD = ("DEAD", (Verb.DEAD,))
     """Dead letters (limits retention: kept for inspection)."""
 
@@ -109,6 +115,14 @@ class Stream(enum.Enum):
     def subjects(self, prefix: str) -> list[str]:
         return [subject(prefix, v, wildcard=True) if v.arity else subject(prefix, v)
                 for v in self.verbs]
+
+
+def stream_of(prefix: str, subj: str) -> Stream | None:
+    """The stream of this prefix that stores ``subj`` (None for one no stream takes)."""
+    if not subj.startswith(prefix + "."):
+        return None
+    word = subj[len(prefix) + 1:].split(".", 1)[0]
+    return next((kind for kind in Stream if any(v.word == word for v in kind.verbs)), None)
 
 
 def _name_base(prefix: str) -> str:

@@ -277,15 +277,21 @@ class Actor:
         except InvalidSubjectToken:
             return None
 
+    def object_limit(self, delivery: Delivery) -> int | None:
+        """Most bytes the sender of ``delivery`` may send by reference; None: the
+        deployment's ``PLANCAST_MAX_OBJECT_BYTES`` (the planner knows each role's)."""
+        return None
+
     async def _decode_offloaded(self, delivery: Delivery, decoder: Any) -> Message | str:
         """A message too large to send came by reference: fetch it from the object store
-        (an object outside the space of the subject it came on is refused unfetched)."""
+        (an object outside the space of the subject it came on, or of more than its sender
+        may send, is refused unfetched)."""
         space = self.offload_space(delivery)
         if space is None:
             return f"a message by reference on {delivery.subject}, where none may come"
         try:
-            message: Message = decoder.decode(await self.bus.resolve(delivery.data,
-                                                                     space=space))
+            message: Message = decoder.decode(await self.bus.resolve(
+                delivery.data, space=space, limit=self.object_limit(delivery)))
             return message
         except UNREADABLE as exc:
             return f"invalid offloaded message: {exc}"[:500]

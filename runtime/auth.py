@@ -71,6 +71,7 @@ class Names:
     work: str = field(init=False)
     results: str = field(init=False)
     events: str = field(init=False)
+    errors: str = field(init=False)
     dead: str = field(init=False)
     kv: str = field(init=False)
     objects: str = field(init=False)
@@ -86,7 +87,8 @@ class Names:
 
     @property
     def streams(self) -> list[str]:
-        return [self.work, self.results, self.events, self.dead, self.kv, self.objects]
+        return [self.work, self.results, self.events, self.errors, self.dead, self.kv,
+                self.objects]
 
 
 def _consumer(stream: str, name: str) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,19 +34,26 @@ from protocols import (
     object_space,
     objects_bucket,
     space_of,
+    stream_name,
+    stream_of,
     subject,
 )
 from protocols.codec import UNREADABLE
 from protocols.objects import CHUNK_BYTES
 
+from .budget import ByteBudget
 from .jetstream import JetStream, acknowledged, outcome
 from .settings import Settings
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
-"""Largest payload an actor fetches through an ``message.offloaded`` reference."""
+"""Largest payload an actor fetches through an ``message.offloaded`` reference, unless
+``PLANCAST_MAX_OBJECT_BYTES`` says otherwise."""
 OBJECT_LAG = 2.0
 """Seconds a reader keeps asking for a chunk it does not find: on a cluster, a replica that
 has not stored it yet may answer before the one that has."""
+FETCHING = 2
+"""Fetches of the largest size a process holds at once (``ByteBudget``)."""
+_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 log = logging.getLogger(__name__)
 _nuid = NUID()
@@ -109,6 +117,10 @@ class StorageFull(Exception):
     """A stream (or the object store) is at its ``max_bytes``: waiting will not help."""
 
 
+class ObjectRefused(ValueError):
+    """An object reference that is not fetched, or an object that is not what it says."""
+
+
 def _full(exc: APIError, where: str) -> StorageFull:
     return StorageFull(f"{where} is full ({exc.description}): raise PLANCAST_MAX_STREAM_BYTES "
                        "(then `plancast provision`) or wait for old runs to age out")
@@ -151,6 +163,8 @@ class Bus:
         """This connection's user may create streams and consumers (not a role's user of
         ``plancast auth init``, which binds only to what ``plancast provision`` made)."""
         """The URL actually connected to (the embedded server's when one was started)."""
+        self.fetching = ByteBudget(FETCHING * settings.max_object_bytes)
+        """Bytes of objects being fetched at once: a burst of references takes turns."""
 
     def subject(self, verb: Verb, *tokens: str) -> str:
         """A subject under this deployment's prefix (each built and checked once: a
@@ -261,7 +275,7 @@ class Bus:
                 continue
             except APIError as exc:
                 if exc.err_code == STORAGE_FULL:
-                    raise _full(exc, f"the stream behind {subj}") from exc
+                    raise _full(exc, self._stream_behind(subj)) from exc
                 if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE and EXPECT_SEQ in hdrs:
                     raise Fenced(f"{subj}: {exc.description}") from exc
                 if getattr(exc, "err_code", None) == FENCE_BUSY:
@@ -303,6 +317,11 @@ class Bus:
                     hdrs["Nats-Msg-Id"])
         return False
 
+    def _stream_behind(self, subj: str) -> str:
+        kind = stream_of(self.prefix, subj)
+        return f"stream {stream_name(self.prefix, kind)} ({subj})" if kind is not None \
+            else f"the stream behind {subj}"
+
     async def _offload(self, subj: str, payload: bytes, message: Message) -> bytes:
         """Store a too-large message in the object store, under its subject's space (where
         its readers, and only they, may read it); return the envelope to send."""
@@ -316,6 +335,10 @@ class Bus:
         ``protocols.objects``); a reference travels instead.
 
         Every object gets a name of its own, so nothing stored is ever replaced."""
+        if len(data) > self.settings.max_object_bytes:
+            raise StorageFull(f"a {len(data)}-byte payload is more than the object store "
+                              f"takes ({self.settings.max_object_bytes} bytes, "
+                              "PLANCAST_MAX_OBJECT_BYTES)")
         name = object_name(space, nuid())
         for index, start in enumerate(range(0, len(data), CHUNK_BYTES)):
             await self._store(chunk_subject(self.prefix, name, index),
@@ -323,35 +346,43 @@ class Bus:
         return ObjectRef(bucket=objects_bucket(self.prefix), name=name, size=len(data),
                          sha256=hashlib.sha256(data).hexdigest())
 
-    async def get_object(self, ref: ObjectRef, *, space: str | None = None) -> bytes:
-        """Fetch what ``put_object`` stored, checking the reference first (our own bucket,
-        a digest, a bounded size, a name in ``space`` when given: whoever sent it may write
-        there only) and the digest last.
+    async def get_object(self, ref: ObjectRef, *, space: str | None = None,
+                         limit: int | None = None) -> bytes:
+        """Fetch what ``put_object`` stored, checking the reference before anything is
+        fetched: our own bucket, a digest, a name in ``space`` when given (whoever sent it
+        may write there only), a size its sender may send (``limit``, at most
+        ``PLANCAST_MAX_OBJECT_BYTES``). The chunks are read into at most that size, the
+        digest taken as they come.
 
         Each chunk is read with a direct get naming its subject: the server lets a user
         read only the spaces of the messages it may read. (No consumer either: a consumer
         can be told to deliver stored bytes to any subject, nats-server#8274.)"""
         own = objects_bucket(self.prefix)
+        most = min(limit or self.settings.max_object_bytes, self.settings.max_object_bytes)
         try:
             where = space_of(ref.name)
         except InvalidSubjectToken:
             where = None
-        if ref.bucket != own or not ref.sha256 or not 0 <= ref.size <= MAX_OBJECT_BYTES \
+        if ref.bucket != own or not _DIGEST.fullmatch(ref.sha256) or not 0 <= ref.size <= most \
                 or where is None or space not in (None, where):
-            raise ValueError(f"refused an object reference to {ref.bucket}/{ref.name} "
-                             f"({ref.size} bytes): references must name bucket {own} and an "
-                             f"object <space>/<key>{f' of space {space}' if space else ''}, "
-                             f"carry a sha256 and stay under {MAX_OBJECT_BYTES} bytes")
-        data, index = bytearray(), 0
-        while len(data) < ref.size:
-            part = await self._chunk(ref.name, chunk_subject(self.prefix, ref.name, index))
-            if not part or len(data) + len(part) > ref.size:
-                raise ValueError(f"object {ref.name} is not of the {ref.size} bytes it says")
-            data += part
-            index += 1
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise ValueError(f"object {ref.name} does not match its digest")
-        return bytes(data)
+            raise ObjectRefused(
+                f"refused an object reference to {ref.bucket}/{ref.name} ({ref.size} bytes) "
+                f"unfetched: references must name bucket {own} and an object <space>/<key>"
+                f"{f' of space {space}' if space else ''}, carry a sha256 and stay within "
+                f"the {most} bytes their sender may send by reference")
+        async with self.fetching.holding(ref.size):
+            digest, data, index = hashlib.sha256(), bytearray(), 0
+            while len(data) < ref.size:
+                part = await self._chunk(ref.name, chunk_subject(self.prefix, ref.name, index))
+                if not part or len(data) + len(part) > ref.size:
+                    raise ObjectRefused(f"object {ref.name} is not of the {ref.size} bytes "
+                                        "it says")
+                digest.update(part)
+                data += part
+                index += 1
+            if digest.hexdigest() != ref.sha256.lower():
+                raise ObjectRefused(f"object {ref.name} does not match its digest")
+            return bytes(data)
 
     async def _chunk(self, name: str, chunk: str) -> bytes:
         """One stored chunk, asked for again for up to ``OBJECT_LAG`` seconds while the
@@ -363,18 +394,20 @@ class Bus:
                 return (await self.js.get_msg(stream, subject=chunk, direct=True)).data or b""
             except MISSING as exc:
                 if anyio.current_time() + delay > deadline:
-                    raise ValueError(
+                    raise ObjectRefused(
                         f"object {name}: no chunk {chunk.rsplit('.', 1)[-1]} in {stream} "
                         f"({type(exc).__name__}): it is gone, was never stored, or the "
                         "stream allows no direct reads (run `plancast provision`)") from exc
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
 
-    async def resolve(self, data: bytes, *, space: str | None = None) -> bytes:
+    async def resolve(self, data: bytes, *, space: str | None = None,
+                      limit: int | None = None) -> bytes:
         """The bytes of the real message, fetching it if ``data`` is an Offloaded envelope
-        (of an object in ``space``, when given: ``get_object``)."""
+        (``get_object``)."""
         envelope = offloaded(data)
-        return data if envelope is None else await self.get_object(envelope.ref, space=space)
+        return data if envelope is None \
+            else await self.get_object(envelope.ref, space=space, limit=limit)
 
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0

@@ -32,7 +32,7 @@ from .errors import PlancastError
 from .local import deployment_secret, holding, running, secret_of
 from .nats_client import PlancastClient
 from .private_files import private_dir, write_private
-from .provision import Retry, check_provisioned, provision
+from .provision import HEADERS_ROOM, Retry, check_provisioned, provision
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,7 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
             await provision(
                 bus.js, settings.prefix, replicas=settings.replicas,
                 event_max_age=settings.event_max_age, max_bytes=settings.max_stream_bytes,
+                max_msg_size=settings.max_message_bytes + HEADERS_ROOM,
                 retry=Retry(deadline=settings.publish_retry_for), where=url,
             )
         yield bus

@@ -49,8 +49,25 @@ INSUFFICIENT_RESOURCES = 10047
 """The server cannot reserve a stream's ``max_bytes`` within its JetStream storage limit."""
 
 _COMPARED = ("description", "subjects", "max_age", "max_bytes", "discard", "max_msg_size",
-             "num_replicas", "duplicate_window")
+             "max_msgs_per_subject", "num_replicas", "duplicate_window")
 """Stream settings provisioning owns: an existing stream is updated when one differs."""
+
+
+_RETENTION = {Stream.WORK: api.RetentionPolicy.WORK_QUEUE,
+              Stream.RESULTS: api.RetentionPolicy.INTEREST}
+"""Streams whose messages go once read; the others keep theirs until they age out."""
+
+ERROR_BYTES = 64 * 1024
+"""Largest error report the errors stream takes (an ``actor.error`` is a few hundred bytes
+and a traceback's tail)."""
+ROLE_SHARE = 8
+"""One role's subject of the error and dead-letter streams holds at most 1/8 of them..."""
+ROLE_FLOOR = 64
+"""... but never fewer than 64 messages (a stream made small holds less per role)."""
+NATS_MAX_PAYLOAD = 1024 * 1024
+"""nats-server's default largest message, for a stream whose messages are not limited."""
+HEADERS_ROOM = 16 * 1024
+"""Bytes of headers a stored message may carry beyond ``PLANCAST_MAX_MESSAGE_BYTES``."""
 
 
 class ProvisionError(PlancastError):
@@ -81,19 +98,23 @@ def stream_configs(
 ) -> list[api.StreamConfig]:
     """The desired stream configurations, one per ``Stream`` kind.
 
-    Every stream is bounded by ``max_age`` and ``max_bytes``. Full work and results
-    streams refuse what is sent (the sender sees the error); full event and dead-letter
-    streams drop their oldest messages.
+    Every stream is bounded by ``max_age`` and ``max_bytes``. A full work stream refuses
+    what is sent (the sender sees the error); so does a full results stream, which keeps
+    an outcome only where a run's planner reads (interest retention: a result for a run
+    nobody drives is acknowledged and dropped by the server, never stored). Full event,
+    error and dead-letter streams drop their oldest messages; errors and dead letters keep
+    at most ``per_role`` messages on each role's subject, so one role's flood pushes out
+    only its own.
     """
     configs = []
     for kind in Stream:
-        work = kind in (Stream.WORK, Stream.RESULTS)
+        size = ERROR_BYTES if kind is Stream.ERRORS else max_msg_size
         configs.append(
             api.StreamConfig(
                 name=stream_name(prefix, kind),
                 description=f"plancast {kind.name.lower()} for prefix {prefix!r}",
                 subjects=kind.subjects(prefix),
-                retention=api.RetentionPolicy.WORK_QUEUE if work else api.RetentionPolicy.LIMITS,
+                retention=_RETENTION.get(kind, api.RetentionPolicy.LIMITS),
                 storage=api.StorageType.FILE,
                 num_replicas=replicas,
                 duplicate_window=DUPLICATE_WINDOW,
@@ -101,11 +122,22 @@ def stream_configs(
                 # after it ended have no reader left: they age out.
                 max_age=event_max_age,
                 max_bytes=max_bytes,
-                discard=api.DiscardPolicy.NEW if work else api.DiscardPolicy.OLD,
-                max_msg_size=max_msg_size,
+                discard=api.DiscardPolicy.NEW if kind in _RETENTION else api.DiscardPolicy.OLD,
+                max_msg_size=size,
+                max_msgs_per_subject=per_role(max_bytes, size)
+                if kind in (Stream.ERRORS, Stream.DEAD) else -1,
             )
         )
     return configs
+
+
+def per_role(max_bytes: int, message_bytes: int) -> int:
+    """Messages one role's subject of an error or dead-letter stream keeps: at most a
+    ``ROLE_SHARE``-th of the stream's bytes in messages of the largest size."""
+    if max_bytes <= 0:
+        return -1
+    largest = message_bytes if message_bytes > 0 else NATS_MAX_PAYLOAD
+    return max(ROLE_FLOOR, max_bytes // (ROLE_SHARE * largest))
 
 
 async def provision(
@@ -144,6 +176,8 @@ async def _retrying(what: str, step: Callable[[], Awaitable[None]], retry: Retry
         try:
             await step()
             return
+        except ProvisionError:
+            raise
         except Exception as exc:
             if isinstance(exc, APIError) and exc.err_code == INSUFFICIENT_RESOURCES:
                 raise ProvisionError(
@@ -206,9 +240,31 @@ async def _ensure_stream(js: Any, config: api.StreamConfig) -> None:
             if exc.err_code != STREAM_NAME_IN_USE:
                 raise
             info = await js.stream_info(config.name)  # created meanwhile, by another process
+    if _retention(info.config) != _retention(config):
+        await _recreate(js, config, info)
+        return
     if changed := _differences(info.config, config):
         await js.update_stream(config)
         log.info("updated stream %s: %s", config.name, ", ".join(changed))
+
+
+async def _recreate(js: Any, config: api.StreamConfig, info: api.StreamInfo) -> None:
+    """A stream kept with another retention (outcomes were a work queue before they were
+    kept by interest): the server cannot change that in place, so an empty one is made
+    anew; one holding messages is left for its readers to drain first."""
+    old, new = _retention(info.config), _retention(config)
+    if info.state.messages:
+        raise ProvisionError(
+            f"stream {config.name} keeps its {info.state.messages} messages with {old} "
+            f"retention, this version with {new}, which the server cannot change in place: "
+            "stop the workers, let the planners drain it, then provision again")
+    await js.delete_stream(config.name)
+    await js.add_stream(config)
+    log.warning("made stream %s anew: retention %s, was %s", config.name, new, old)
+
+
+def _retention(config: api.StreamConfig) -> str:
+    return api.RetentionPolicy(config.retention or "limits").value
 
 
 async def _ensure_runs_bucket(js: Any, prefix: str, replicas: int) -> None:

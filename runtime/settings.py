@@ -67,6 +67,10 @@ class Settings(BaseSettings):
 
     max_message_bytes: int = Field(default=512 * 1024, ge=1024)
     """Largest message an actor accepts; larger outputs travel through the object store."""
+    max_object_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Largest payload sent through the object store (an offloaded message, a step's
+    output); a role's ``max_object_bytes`` in the team file may lower it for what that
+    role sends. A reference naming more is refused before anything is fetched."""
     ack_wait: float = Field(default=30.0, gt=0)
     """Seconds before unacknowledged work is redelivered (kept alive by in-progress acks)."""
     max_deliver: int = Field(default=5, ge=1)

@@ -80,6 +80,9 @@ class Timeouts(BaseModel):
     ``review`` seconds instead."""
     run: float = Field(default=0.0, ge=0)
     """The whole run, unless its request sets ``timeout``; 0 means no overall deadline."""
+    storage: float = Field(default=30.0, gt=0)
+    """The results stream has no room for an outcome (it is at ``PLANCAST_MAX_STREAM_BYTES``):
+    after this long, the runs waiting on it fail with cause ``storage``."""
 
 
 class RoleConfig(BaseModel):
@@ -110,6 +113,10 @@ class RoleConfig(BaseModel):
     work: ``plancast plan approve RUN --step N``), each attempt anew."""
     tool_steps_only: bool = False
     """An executor that only runs tool steps, so it needs no model."""
+    max_object_bytes: int | None = Field(default=None, ge=1024)
+    """Largest payload this role may send through the object store (an offloaded message
+    or output); the planner refuses a reference to more without fetching it. None: the
+    deployment's ``PLANCAST_MAX_OBJECT_BYTES`` (64 MiB), which also caps it."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Kind-specific options (see each role's docs)."""
     members: list[str] = Field(default_factory=list)

@@ -211,6 +211,36 @@ async def test_provision_adds_new_subjects_to_an_existing_stream(
         await bus.js.key_value(runs_bucket(prefix))
 
 
+async def test_provision_moves_errors_and_outcomes_of_an_older_deployment(
+    nats_url: str, prefix: str
+) -> None:
+    """A deployment made when errors lived in the events stream and outcomes in a work
+    queue: the next start gives errors a stream of their own and makes the (empty) results
+    stream anew with interest retention; one still holding outcomes is left alone, with a
+    line saying what to do."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False) as bus:
+        configs = stream_configs(prefix, replicas=1, event_max_age=3600.0, max_msg_size=-1)
+        old = {c.name: c for c in configs if not (c.name or "").endswith("_ERRORS")}
+        events, results = stream_name(prefix, Stream.EVENTS), stream_name(prefix, Stream.RESULTS)
+        old[events].subjects = [*(old[events].subjects or []), f"{prefix}.error.>"]
+        old[results].retention = api.RetentionPolicy.WORK_QUEUE
+        for config in old.values():
+            await bus.js.add_stream(config)
+        await bus.js.publish(f"{prefix}.result.run-1.worker", b"an outcome not yet read")
+        with pytest.raises(ProvisionError, match="let the planners drain it"):
+            await provision(bus.js, prefix, event_max_age=3600.0)
+        await bus.js.purge_stream(results)
+        await provision(bus.js, prefix, event_max_age=3600.0, max_bytes=8 << 20)
+        infos = {kind: (await bus.js.stream_info(stream_name(prefix, kind))).config
+                 for kind in (Stream.EVENTS, Stream.ERRORS, Stream.RESULTS, Stream.DEAD)}
+    assert f"{prefix}.error.>" not in (infos[Stream.EVENTS].subjects or [])
+    assert infos[Stream.ERRORS].subjects == [f"{prefix}.error.>"]
+    assert infos[Stream.ERRORS].max_msgs_per_subject == 64  # 8 MiB is small: the floor
+    assert infos[Stream.ERRORS].discard == api.DiscardPolicy.OLD
+    assert infos[Stream.RESULTS].retention == api.RetentionPolicy.INTEREST
+    assert infos[Stream.DEAD].max_msgs_per_subject == 64
+
+
 async def test_provision_rides_out_a_server_restart(
     fresh_nats_server: NatsServerProcess, prefix: str,
 ) -> None:
