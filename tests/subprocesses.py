@@ -15,6 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 PLANCAST = str(Path(sys.executable).parent / "plancast")
 TIMEOUT = 90.0
+SCRIPTED_TEAM = """
+[models.scripted]
+model = "scripted-model"
+base_url = "{base_url}"
+[roles.planner]
+kind = "planner"
+model = "scripted"
+[roles.worker]
+tools = ["echo"]
+tool_steps_only = true
+[roles.synthesizer]
+kind = "synthesizer"
+model = "scripted"
+"""
+"""A team file for ``plancast`` children: planner, an ``echo`` worker and a synthesizer, all
+on the scripted model at ``base_url``."""
 """A guard against a hung command (the test fails instead of waiting for pytest's timeout)."""
 
 

@@ -36,6 +36,7 @@ from protocols import (
     Stream,
     Verb,
     encode,
+    object_space,
     stream_name,
     subject,
 )
@@ -196,7 +197,8 @@ async def test_envelopes_naming_objects_larger_than_the_sender_may_send_are_not_
                 open_bus(secured.settings("worker")) as worker, \
                 open_bus(secured.settings("admin")) as admin:
             run_id = await started(client, plan("hold", name="a"))
-            honest = await worker.put_object("huge", b"h" * HUGE)
+            results = subject(prefix, Verb.RESULT, run_id, "worker")  # the worker's own space
+            honest = await worker.put_object(object_space(prefix, results), b"h" * HUGE)
             envelopes: Sequence[ObjectRef] = [
                 *[msgspec.structs.replace(honest, sha256="0" * 64)] * 5,  # its true size
                 *[msgspec.structs.replace(honest, size=1000)] * 5,  # a size it does not have
@@ -204,7 +206,7 @@ async def test_envelopes_naming_objects_larger_than_the_sender_may_send_are_not_
             reports = await admin.nc.subscribe(subject(prefix, Verb.ERROR, "planner"))
             before = bytes_sent_to(secured, "planner")
             for ref in envelopes:
-                await worker.js.publish(subject(prefix, Verb.RESULT, run_id, "worker"),
+                await worker.js.publish(results,
                                         encode(Offloaded(inner_type="step.result", ref=ref)))
             refused = []
             with anyio.fail_after(60):

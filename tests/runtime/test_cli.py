@@ -23,7 +23,7 @@ from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from ..actors.harness import echo, finish, make_team, plan_line
-from ..subprocesses import PLANCAST, clean_env, events_of, plancast, stderr_tail
+from ..subprocesses import PLANCAST, SCRIPTED_TEAM, clean_env, events_of, plancast, stderr_tail
 
 GOOD = [echo(1, "hello"), echo(2, "$1, world")]
 RULES = [
@@ -308,20 +308,7 @@ async def test_run_without_nats_joins_the_deployment_up_runs_here(tmp_path: Path
     ``up`` deployment's workers, not on a second server over the same store."""
     rules = [Rule(role="planner", lines=[echo(1, "from up")]), finish("joined")]
     async with open_scripted_model_server(Scenario(rules=rules)) as model:
-        (tmp_path / "plancast.toml").write_text(f"""
-[models.scripted]
-model = "scripted-model"
-base_url = "{model.base_url}"
-[roles.planner]
-kind = "planner"
-model = "scripted"
-[roles.worker]
-tools = ["echo"]
-tool_steps_only = true
-[roles.synthesizer]
-kind = "synthesizer"
-model = "scripted"
-""")
+        (tmp_path / "plancast.toml").write_text(SCRIPTED_TEAM.format(base_url=model.base_url))
         env = clean_env(PLANCAST_DATA_DIR=str(tmp_path / "data"))
         up = await anyio.open_process([PLANCAST, "up"], cwd=tmp_path, env=env)
         try:

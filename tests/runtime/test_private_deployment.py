@@ -28,22 +28,15 @@ from runtime.settings import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import echo, finish
-from ..subprocesses import PLANCAST, PYTHON, clean_env, events_of, plancast, stderr_tail
-
-TEAM = """
-[models.scripted]
-model = "scripted-model"
-base_url = "{base_url}"
-[roles.planner]
-kind = "planner"
-model = "scripted"
-[roles.worker]
-tools = ["echo"]
-tool_steps_only = true
-[roles.synthesizer]
-kind = "synthesizer"
-model = "scripted"
-"""
+from ..subprocesses import (
+    PLANCAST,
+    PYTHON,
+    SCRIPTED_TEAM,
+    clean_env,
+    events_of,
+    plancast,
+    stderr_tail,
+)
 
 
 @asynccontextmanager
@@ -52,7 +45,7 @@ async def plancast_up(where: Path, data_dir: Path) -> AsyncIterator[dict[str, st
     its URL file is there."""
     rules = [Rule(role="planner", lines=[echo(1, "private")]), finish("only mine")]
     async with open_scripted_model_server(Scenario(rules=rules)) as model:
-        (where / "plancast.toml").write_text(TEAM.format(base_url=model.base_url))
+        (where / "plancast.toml").write_text(SCRIPTED_TEAM.format(base_url=model.base_url))
         env = clean_env(PLANCAST_DATA_DIR=str(data_dir))
         up = await anyio.open_process([PLANCAST, "up"], cwd=where, env=env)
         try:
