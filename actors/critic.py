@@ -98,7 +98,8 @@ class Critic(RoleActor):
             PlanDecision(run_id=task.run_id, round=task.round, digest=task.digest,
                          approved=approved, reason=reason, by=f"{self.name}/{self.instance}",
                          usage=outcome.usage, nonce=task.nonce),
-            msg_id=f"{task.run_id}/plan/{task.round}/{task.digest}/{task.nonce}",
+            msg_id=f"{task.run_id}/plan/{task.round}/{task.digest}/{delivery.stream_seq}"
+                   f"/{task.nonce}",
         )
 
     @on(ReviewTask)
@@ -111,7 +112,8 @@ class Critic(RoleActor):
             self.bus.subject(Verb.RESULT, task.run_id, self.name),
             Verdict(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                     approved=approved, critique=critique, usage=usage, nonce=task.nonce),
-            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{task.nonce}/verdict",
+            msg_id=f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.stream_seq}"
+                   f"/{task.nonce}/verdict",
         )
 
     async def _judge(self, task: ReviewTask, span: telemetry.SpanLike) -> tuple[bool, str, Usage]:

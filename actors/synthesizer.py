@@ -66,5 +66,6 @@ class Synthesizer(RoleActor):
         )
         await self.bus.publish_durable(
             self.bus.subject(Verb.RESULT, task.run_id, self.name), decision,
-            msg_id=f"{task.run_id}/synthesis/{task.plan.round}/{task.nonce}",
+            msg_id=f"{task.run_id}/synthesis/{task.plan.round}/{delivery.stream_seq}"
+                   f"/{task.nonce}",
         )

@@ -148,7 +148,6 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
                 *_consumers(n.results), *_consumers(n.kv), *_consumers(n.events),
                 f"$JS.API.CONSUMER.INFO.{n.work}.*", f"$JS.API.STREAM.MSG.DELETE.{n.work}",
-                f"$JS.API.STREAM.MSG.GET.{n.work}", f"$JS.API.STREAM.MSG.GET.{n.results}",
                 *_reads(n.kv), *_reads(n.events), *_reads(n.objects),
             ], [f"{p}.run.submit", f"{p}.heartbeat.>", *inbox], responses=True)
         elif role.kind == "supervisor":

@@ -184,15 +184,17 @@ class Bus:
 
     async def publish_durable(
         self, subj: str, message: Message, *, msg_id: str | None = None,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None, fresh: bool = False,
     ) -> int:
         """Publish to JetStream and wait until it is stored; returns the stream sequence.
 
         ``msg_id`` becomes ``Nats-Msg-Id``: the same id within the duplicate window is
-        stored once, so a retry after a lost ack is not a second task.
+        stored once, so a retry after a lost ack is not a second task (``fresh``: see
+        ``publish_soon``).
         """
         payload, hdrs = await self._prepare(subj, message, msg_id, headers)
-        return await self._store(subj, payload, hdrs, retry=msg_id is not None)
+        return await self._store(subj, payload, hdrs, retry=msg_id is not None,
+                                 fresh=fresh and msg_id is not None)
 
     def write_now(self) -> None:
         """Send what was published in this event-loop turn now, not when the turn ends
@@ -228,8 +230,7 @@ class Bus:
                 continue
             try:
                 ack = outcome(item.future)
-                if not ack.duplicate \
-                        or await self._ours(ack, item.payload, item.headers, item.fresh):
+                if self._ours(ack, item.headers, item.fresh):
                     item.seq = int(ack.seq)
                     continue
             except UNCONFIRMED as exc:
@@ -265,12 +266,13 @@ class Bus:
         return payload, hdrs
 
     async def _store(self, subj: str, payload: bytes, hdrs: dict[str, str], *,
-                     retry: bool) -> int:
+                     retry: bool, fresh: bool = False) -> int:
         delay, deadline = 0.05, anyio.current_time() + self.settings.publish_retry_for
         while True:
+            first, fresh = fresh, False  # after one try, a duplicate may be that try's
             try:
                 ack = await self.js.publish(subj, payload, headers=hdrs or None)
-                if not ack.duplicate or await self._ours(ack, payload, hdrs, fresh=False):
+                if self._ours(ack, hdrs, first):
                     return int(ack.seq)
                 continue
             except APIError as exc:
@@ -295,26 +297,18 @@ class Bus:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
 
-    async def _ours(self, ack: Any, payload: bytes, hdrs: dict[str, str],
-                    fresh: bool) -> bool:
-        """Is the message the stream kept for our de-duplicated publish ours? If another
-        participant stored one under our id first, ``hdrs`` gets a new id to send ours
-        under (False), so nothing waits on a message that will never come. A ``fresh``
-        id (never sent by us) was taken whatever the stream still holds; another is ours
-        if the stored bytes are, or if they are gone (taken off a work queue: our ids are
-        keyed, ``runtime.nonces``) or not ours to read."""
-        try:
-            stored = await self.js.get_msg(ack.stream, ack.seq)
-            ours = stored.data == payload
-        except Exception:
-            ours = not fresh
-        if ours:
+    def _ours(self, ack: Any, hdrs: dict[str, str], fresh: bool) -> bool:
+        """Is the message the stream kept for our de-duplicated publish ours? A ``fresh`` id
+        (never sent by us before) was taken by someone else: ``hdrs`` gets a new id to send
+        ours under (False), so nothing waits on a message that will never come. Any other
+        duplicate is a retry of ours: our ids are keyed (``runtime.nonces``) or name the
+        task they answer, so nobody else can store one first."""
+        if not ack.duplicate or not fresh:
             return True
         taken = hdrs["Nats-Msg-Id"]
         hdrs["Nats-Msg-Id"] = f"{taken}/{nuid()}"
-        log.warning("message id %s was taken by a message that is not ours (stream %s, "
-                    "sequence %d); sending ours as %s", taken, ack.stream, ack.seq,
-                    hdrs["Nats-Msg-Id"])
+        log.warning("message id %s was taken by another message (stream %s, sequence %d); "
+                    "sending ours as %s", taken, ack.stream, ack.seq, hdrs["Nats-Msg-Id"])
         return False
 
     def _stream_behind(self, subj: str) -> str:

@@ -33,7 +33,8 @@ async def test_a_publish_whose_id_was_taken_is_stored_anew(nats_url: str, prefix
         subject = bus.subject(Verb.EVENT, "run-squatted")  # a stream that keeps it
         taken = await bus.publish_durable(
             subject, RunRequest(goal="the squatter's"), msg_id="run-squatted/id")
-        seq = await bus.publish_durable(subject, RunRequest(goal="ours"), msg_id="run-squatted/id")
+        seq = await bus.publish_durable(subject, RunRequest(goal="ours"), msg_id="run-squatted/id",
+                                        fresh=True)
         stored = await bus.js.get_msg(stream_name(prefix, Stream.EVENTS), seq)
         assert seq != taken and decode(stored.data, RunRequest).goal == "ours"
         # A retry of our own publish is still stored once.
