@@ -36,11 +36,12 @@ class Shouter(RoleActor):
         me = f"{self.name}/{self.instance}"
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         # The id of this execution: a redelivered task gets a new one. The task's nonce
-        # keeps anyone else from publishing first under it.
+        # keeps anyone else from publishing first under it, and every answer repeats it:
+        # the planner counts an answer only with the nonce of the task it names.
         key = f"{task.run_id}/{task.step.id}/{task.attempt}/{delivery.deliveries}/{task.nonce}"
         await self.bus.publish_durable(results, StepClaimed(
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, executor=me,
-            delivery=delivery.deliveries), msg_id=f"{key}/claim")
+            delivery=delivery.deliveries, nonce=task.nonce), msg_id=f"{key}/claim")
         started = time.time()
         # Outputs of the steps this one depends on, in step order; else the instruction.
         text = "\n".join(task.inputs[i] for i in sorted(task.inputs))
@@ -49,5 +50,5 @@ class Shouter(RoleActor):
             run_id=task.run_id, step_id=task.step.id, attempt=task.attempt, ok=True,
             output=output, started_at=started, finished_at=time.time(), executor=me,
             delivery=delivery.deliveries,  # a result counts only with its own claim
-        ), msg_id=f"{key}/result")
+            nonce=task.nonce), msg_id=f"{key}/result")
         # Returning acknowledges the task: the result is stored, so nothing is lost.
