@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -15,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 PLANCAST = str(Path(sys.executable).parent / "plancast")
 TIMEOUT = 90.0
+"""A guard against a hung command (the test fails instead of waiting for pytest's timeout)."""
+DATA_DIR = tempfile.mkdtemp(prefix="plancast-tests-")
+"""The data directory of commands not given one: a ``plancast up`` the person running the
+tests keeps in their own is not the tests' local deployment."""
 SCRIPTED_TEAM = """
 [models.scripted]
 model = "scripted-model"
@@ -31,7 +36,6 @@ model = "scripted"
 """
 """A team file for ``plancast`` children: planner, an ``echo`` worker and a synthesizer, all
 on the scripted model at ``base_url``."""
-"""A guard against a hung command (the test fails instead of waiting for pytest's timeout)."""
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -39,7 +43,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("NATS_", "PLANCAST_", "OPENAI_"))
            or k == "PLANCAST_MAX_STREAM_BYTES"}  # the shared server reserves each stream's
-    return {**env, **extra}
+    return {**env, "PLANCAST_DATA_DIR": DATA_DIR, **extra}
 
 
 async def run(*argv: str, cwd: Path, env: dict[str, str] | None = None,
