@@ -11,9 +11,11 @@ import io
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import msgspec
 from rich.console import Console
 
@@ -177,10 +179,14 @@ def check_sequence(events: Sequence[RunEvent]) -> None:
 OUTCOMES = decoder_for(StepClaimed | StepResult | StepOutcomes)
 
 
-async def watch_outcomes(bus: Bus, run_id: str, seen: list[object]) -> None:
-    """Record every claim, result and batch of them sent for the run, as sent (core NATS
-    sees the stream's input); a ``during`` of ``run_team``."""
-    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, run_id, ">", wildcard=True))
+async def _record_outcomes(bus: Bus, seen: list[object], *,
+                           task_status: anyio.abc.TaskStatus[None]) -> None:
+    """Record every claim, result and batch of them sent under the test's prefix, as sent
+    (core NATS sees the stream's input); subscribed before the run is submitted, so a
+    step that ends at once is not missed."""
+    sub = await bus.nc.subscribe(subject(bus.prefix, Verb.RESULT, ">", wildcard=True))
+    await bus.nc.flush()
+    task_status.started()
     async for msg in sub.messages:
         try:
             seen.append(OUTCOMES.decode(msg.data))
@@ -197,7 +203,8 @@ async def run_team(
     presets: dict[str, dict[str, Any]] | None = None, rejects: Sequence[Rejection] = (),
     stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None,
-    after: Callable[[Bus, str], Awaitable[None]] | None = None, **policy: Any,
+    after: Callable[[Bus, str], Awaitable[None]] | None = None,
+    outcomes: list[object] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
@@ -207,7 +214,8 @@ async def run_team(
     ``rejects`` are constraints the model server refuses, ``stream_usage=False`` plays a
     model server that sends no usage in streams, ``during(bus, run_id)`` runs beside the
     run (e.g. to meddle) and ``after(bus, run_id)`` once it has ended, before the
-    deployment stops (e.g. to wait for its last state), within the same deadline.
+    deployment stops (e.g. to wait for its last state), within the same deadline;
+    ``outcomes`` receives every claim, result and batch of them the executors sent.
     """
     scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
     async with open_scripted_model_server(scenario) as server:
@@ -217,6 +225,8 @@ async def run_team(
         config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))
         async with open_deployment(config, team, tools or builtin_tools(plugins=False),
                                    roles=serve) as bus, anyio.create_task_group() as tg:
+            if outcomes is not None:
+                await tg.start(partial(_record_outcomes, bus, outcomes))
             accepted = await submit(bus, RunRequest(goal=goal, **(request or {})))
             if during is not None:
                 tg.start_soon(during, bus, accepted.run_id)

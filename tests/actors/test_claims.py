@@ -17,7 +17,7 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import NONCES, echo, finish, plan_line, run_team, watch_outcomes
+from .harness import NONCES, echo, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,7 @@ async def test_a_quick_step_claims_in_its_result(nats_url: str, prefix: str) -> 
     out = await run_team(nats_url, prefix, [
         Rule(role="planner", lines=[echo(1, "hello")]), finish("done")],
         settings={"claim_after": 60.0},  # however slow the machine, it ends before
-        during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
+        outcomes=seen)
     [started] = out.of(StepStarted)
     finished = out.finished(1)
     assert out.seq(StepStarted) < out.seq(type(finished))
@@ -43,7 +43,7 @@ async def test_a_longer_step_is_claimed_while_it_runs(nats_url: str, prefix: str
     out = await run_team(nats_url, prefix, [
         Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 1})]),
         finish("done")], settings={"claim_after": 0.0},
-        during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
+        outcomes=seen)
     assert len(out.of(StepStarted)) == 1
     assert out.seq(StepStarted) < out.seq(type(out.finished(1)))
     assert [type(m) for m in seen][:2] == [StepClaimed, StepResult]

@@ -16,7 +16,7 @@ from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
 
-from .harness import NONCES, finish, plan_line, run_team, watch_outcomes
+from .harness import NONCES, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ async def test_steps_that_end_together_answer_in_one_message(
 ) -> None:
     seen: list[object] = []
     out = await run_team(nats_url, prefix, [_wide_plan(0.2), finish("done")],
-                         during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
+                         outcomes=seen)
     batches = [m for m in seen if isinstance(m, StepOutcomes)]
     assert batches, f"every outcome came alone: {[type(m).__name__ for m in seen]}"
     assert max(len(b.outcomes) for b in batches) > 1
@@ -54,7 +54,7 @@ async def test_outcome_batch_1_sends_every_outcome_alone(nats_url: str, prefix: 
     seen: list[object] = []
     out = await run_team(nats_url, prefix, [_wide_plan(0.05), finish("done")],
                          settings={"outcome_batch": 1},
-                         during=lambda bus, run_id: watch_outcomes(bus, run_id, seen))
+                         outcomes=seen)
     assert not [m for m in seen if isinstance(m, StepOutcomes)]
     assert sorted(m.step_id for m in seen if isinstance(m, StepResult)) \
         == list(range(1, WIDE + 1))
