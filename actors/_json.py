@@ -1,7 +1,7 @@
 """The JSON answers the critic and synthesizer ask for: their schema and a tolerant reader.
 
 The schema, generated from these msgspec types, is sent in the dialect the model preset's
-``structured`` setting names (see :mod:`runtime.structured`); either way the answer is
+``structured`` setting names (see :mod:`runtime.models.structured`); either way the answer is
 read tolerantly (code fences and chatter around the object are fine).
 """
 

@@ -24,13 +24,12 @@ from protocols import (
     Verdict,
 )
 from runtime import telemetry
-from runtime.actor import Source, WorkQueue, on
+from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import run_agent
-from runtime.delivery import Delivery
+from runtime.bus import Delivery
+from runtime.config import RoleOption
 from runtime.errors import PlancastError
-from runtime.role import RoleActor, RoleContext
-from runtime.role_options import RoleOption
-from runtime.structured import answer_constraint
+from runtime.models import answer_constraint
 
 from . import prompts
 from ._json import VerdictAnswer, find_json_object

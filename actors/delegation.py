@@ -13,8 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from protocols import RunCancel, RunStarted, Verb, cancel_id, child_run_id
-from runtime.subteams import is_team, plan_roles
-from runtime.team import RoleConfig
+from runtime.config import RoleConfig, is_team, plan_roles
 
 from . import prompts
 

@@ -17,17 +17,15 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
+from actors.outbox import Outbox
 from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
 from runtime import telemetry
-from runtime.actor import Source, WorkQueue, on
+from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
-from runtime.bus import StorageFull
-from runtime.delivery import Delivery
+from runtime.bus import Delivery, StorageFull
+from runtime.config import RoleOption
 from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
-from runtime.outbox import Outbox
-from runtime.role import RoleActor, RoleContext
-from runtime.role_options import RoleOption
-from runtime.tools.context import StepContext, current_step
+from runtime.tools import StepContext, current_step
 
 from . import prompts
 

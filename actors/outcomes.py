@@ -37,12 +37,11 @@ from protocols import (
     WorkFailed,
     object_space,
 )
-from runtime.auth import CLIENT
-from runtime.bus import ObjectRefused
+from runtime.bus import CLIENT, ObjectRefused
+from runtime.config import TEAM_KIND
+from runtime.dag import StepState
 from runtime.errors import StepStateError
 from runtime.nonces import Nonces
-from runtime.step_states import StepState
-from runtime.team import TEAM_KIND
 
 from . import delegation, plan_review, step_gates
 from .run_state import PREVIEW, RunFailure, step_source

@@ -29,9 +29,9 @@ from protocols import (
     StepPlanned,
     Verb,
 )
+from runtime.client import check_tool_allowed
+from runtime.dag import StepState
 from runtime.errors import PlanValidationError
-from runtime.plans import check_tool_allowed
-from runtime.step_states import StepState
 
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
 

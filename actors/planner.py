@@ -54,17 +54,13 @@ from protocols import (
     subject,
 )
 from runtime import telemetry
-from runtime.actor import Source, Subscription, WorkQueue, on
-from runtime.bus import Fenced
-from runtime.delivery import Delivery
+from runtime.actor import RoleActor, RoleContext, Source, Subscription, WorkQueue, on
+from runtime.bus import Delivery, Fenced, current_values
+from runtime.client import check_plan
+from runtime.config import RoleOption, plan_roles, request_problem
 from runtime.errors import PlanValidationError
-from runtime.kv import current_values
+from runtime.models import TEXT_CHARS
 from runtime.nonces import Nonces, planners_secret
-from runtime.plan_constraint import TEXT_CHARS
-from runtime.plans import check_plan
-from runtime.role import RoleActor, RoleContext
-from runtime.role_options import RoleOption
-from runtime.subteams import plan_roles, request_problem
 
 from . import outcomes, plan_review, run_timers, stores
 from .liveness import Liveness

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import msgspec
 
 from protocols import Plan, Step
-from runtime.team import RoleConfig
+from runtime.config import RoleConfig
 from runtime.tools import ToolRegistry
 
 PLANNER = """You are the planner of a team of specialised executors. You never do the work

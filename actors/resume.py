@@ -41,14 +41,14 @@ from protocols import (
     UsageRecorded,
     Verb,
     WorkFailed,
+    readable_events,
     stream_name,
 )
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
+from runtime.dag import StepState
 from runtime.errors import PlancastError, StepStateError
 from runtime.events import identity
 from runtime.nonces import Nonces
-from runtime.step_states import StepState
-from runtime.stored_events import readable_events
 
 from .run_state import PREVIEW, RunState, StepMeta, source_step, step_source
 

@@ -34,9 +34,9 @@ from protocols import (
 )
 from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
+from runtime.dag import StepState
 from runtime.errors import ModelConfigError, ModelError, StepStateError
 from runtime.events import EventLog, identity, identity_of
-from runtime.step_states import StepState
 
 from . import delegation, outcomes, plan_review, run_dispatch, run_save, run_state
 from .resume import Tail

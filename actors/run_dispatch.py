@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from protocols import Step, StepDispatched, StepTask, Stream, Verb, stream_name
-from runtime.step_states import StepState
+from runtime.dag import StepState
 
 from . import delegation, step_gates
 from .resume import task_id

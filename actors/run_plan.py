@@ -18,13 +18,18 @@ import msgspec
 from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
 from protocols.codec import UNREADABLE
 from runtime import telemetry
+from runtime.client import check_tool_allowed
+from runtime.dag import StepState
 from runtime.errors import PlanValidationError
-from runtime.llm import ChatMessage, LineStream
-from runtime.plan_constraint import TEXT_CHARS, plan_shape
-from runtime.plan_schema import drop_nulls
-from runtime.plans import check_tool_allowed
-from runtime.step_states import StepState
-from runtime.structured import Constraint, plan_constraint
+from runtime.models import (
+    TEXT_CHARS,
+    ChatMessage,
+    Constraint,
+    LineStream,
+    drop_nulls,
+    plan_constraint,
+    plan_shape,
+)
 
 from . import delegation, plan_review, prompts
 from .run_state import RunFailure, StepMeta, accepted_in_round, shaped

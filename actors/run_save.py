@@ -23,8 +23,8 @@ import msgspec
 
 from protocols import RunFailed, RunFinished, Step, StepRecord
 from runtime.bus import Fenced, Unsettled
+from runtime.dag import StepState
 from runtime.events import identity_key
-from runtime.step_states import StepState
 
 from . import run_state
 from .run_state import RunFailure, RunStore

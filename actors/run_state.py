@@ -39,12 +39,11 @@ from runtime.bus import (
     WRONG_LAST_SEQUENCE,
     Bus,
     Fenced,
+    acknowledged,
     fence_headers,
+    outcome,
 )
-from runtime.jetstream import acknowledged, outcome
-from runtime.scheduler import Scheduler
-from runtime.step_graph import references
-from runtime.step_states import StepState
+from runtime.dag import Scheduler, StepState, references
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import anyio
 
 from protocols import Step, Stream
 from runtime.bus import Fenced
-from runtime.step_states import StepState
+from runtime.dag import StepState
 
 from . import step_gates
 from .run_state import RunFailure, StepMeta

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from protocols import Step, StepApproved, StepAwaitingApproval, StepDecision
-from runtime.team import TeamConfig
+from runtime.config import TeamConfig
 
 if TYPE_CHECKING:
     from .run import Run

@@ -34,10 +34,9 @@ from protocols import (
     stream_name,
     subject,
 )
-from runtime.actor import Source, Subscription, WorkQueue, on
-from runtime.delivery import Delivery
-from runtime.role import RoleActor, RoleContext
-from runtime.role_options import RoleOption
+from runtime.actor import RoleActor, RoleContext, Source, Subscription, WorkQueue, on
+from runtime.bus import Delivery
+from runtime.config import RoleOption
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,10 @@ import msgspec
 
 from protocols import Message, Stream, SynthesisDecision, SynthesisTask, Verb
 from runtime import telemetry
-from runtime.actor import Source, WorkQueue, on
-from runtime.delivery import Delivery
-from runtime.llm import ChatMessage
-from runtime.role import RoleActor
-from runtime.role_options import RoleOption
-from runtime.structured import answer_constraint
+from runtime.actor import RoleActor, Source, WorkQueue, on
+from runtime.bus import Delivery
+from runtime.config import RoleOption
+from runtime.models import ChatMessage, answer_constraint
 
 from . import prompts
 from ._json import DecisionAnswer, find_json_object

@@ -40,8 +40,8 @@ from protocols import (
     child_run_id,
 )
 from runtime.actor import on
+from runtime.bus import Delivery
 from runtime.client import RunNotAccepted, follow, submit
-from runtime.delivery import Delivery
 
 from .executor import StepRole
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 
-from runtime.embedded import open_embedded_server
-from runtime.loop import backend_options
+from runtime.bus import open_embedded_server
+from runtime.worker import backend_options
 
 from . import report
 from .config import SUITES, BenchConfig

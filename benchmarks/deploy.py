@@ -7,10 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from runtime.bus import Bus
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import TeamConfig
+from runtime.config import Settings, TeamConfig
 from runtime.tools import ToolRegistry
+from runtime.worker import open_deployment
 
 
 def new_prefix() -> str:

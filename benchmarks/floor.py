@@ -30,7 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from runtime.loop import backend_options
+from runtime.worker import backend_options
 
 from .config import BenchConfig
 from .dag import Dag

@@ -56,14 +56,12 @@ from protocols import (
     StepPlanned,
     Usage,
 )
+from runtime.bus import open_embedded_server
 from runtime.client import follow, submit
-from runtime.embedded import open_embedded_server
-from runtime.llama_server import LlamaServer
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import TeamConfig, team_from_dict
-from runtime.token_estimate import estimate_messages, estimate_text
+from runtime.config import Settings, TeamConfig, team_from_dict
+from runtime.models import LlamaServer, estimate_messages, estimate_text
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAM_FILE = ROOT / "examples" / "local_model" / "team.toml"

@@ -1,6 +1,6 @@
 """The sequential ReAct-style baseline: one model round trip per tool call, then an answer.
 
-It talks to the same scripted server through ``runtime.llm.ModelClient`` and calls the
+It talks to the same scripted server through ``runtime.models.client.ModelClient`` and calls the
 same tools with the same drawn times as the plancast runs, one after another.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import time
 
-from runtime.llm import ChatMessage, ModelClient, ModelSettings
+from runtime.config import ModelSettings
+from runtime.models import ChatMessage, ModelClient
 from runtime.tools import ToolRegistry
 
 

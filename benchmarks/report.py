@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from runtime.embedded import find_nats_server
+from runtime.bus import find_nats_server
 
 from .machine import calibrate
 from .tables import markdown

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from runtime.team import TeamConfig, team_from_dict
+from runtime.config import TeamConfig, team_from_dict
 from runtime.testing import Latency, Rule, Scenario, ScriptedToolCall
 
 from .config import Latencies

@@ -17,8 +17,7 @@ from typing import Any
 
 import anyio
 
-from runtime.bus import Bus
-from runtime.connection import open_bus
+from runtime.bus import Bus, open_bus
 from runtime.testing import Latency, open_scripted_model_server
 
 from . import scripted

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.bus import Bus
-from runtime.connection import open_bus
+from runtime.bus import Bus, open_bus
 from runtime.testing import Latency, open_scripted_model_server
 
 from . import scripted

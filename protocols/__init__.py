@@ -78,6 +78,8 @@ from .state import StepRecord as StepRecord
 from .state import run_key as run_key
 from .state import step_key as step_key
 from .state import step_keys as step_keys
+from .stored import readable_events as readable_events
+from .stored import stored_events as stored_events
 from .subjects import DEFAULT_PREFIX as DEFAULT_PREFIX
 from .subjects import InvalidSubjectToken as InvalidSubjectToken
 from .subjects import Stream as Stream

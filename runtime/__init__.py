@@ -1,37 +1,37 @@
 """The plancast machinery: NATS transport, actors, scheduling, models, tools, roles, CLI."""
 
 from .actor import Actor as Actor
+from .actor import RoleActor as RoleActor
+from .actor import RoleContext as RoleContext
 from .actor import Subscription as Subscription
+from .actor import UnknownRole as UnknownRole
 from .actor import WorkQueue as WorkQueue
 from .actor import on as on
 from .bus import Bus as Bus
+from .bus import Delivery as Delivery
+from .bus import NatsServerProcess as NatsServerProcess
+from .bus import NatsUnreachable as NatsUnreachable
+from .bus import open_bus as open_bus
+from .bus import open_embedded_server as open_embedded_server
 from .client import RunNotAccepted as RunNotAccepted
 from .client import RunStalled as RunStalled
 from .client import follow as follow
 from .client import submit as submit
-from .connection import NatsUnreachable as NatsUnreachable
-from .connection import open_bus as open_bus
-from .delivery import Delivery as Delivery
-from .embedded import NatsServerProcess as NatsServerProcess
-from .embedded import open_embedded_server as open_embedded_server
+from .config import ModelSettings as ModelSettings
+from .config import RoleConfig as RoleConfig
+from .config import Settings as Settings
+from .config import TeamConfig as TeamConfig
+from .config import load_team as load_team
+from .config import team_from_dict as team_from_dict
+from .dag import Scheduler as Scheduler
 from .errors import PlancastError as PlancastError
 from .errors import PlanValidationError as PlanValidationError
-from .llm import ModelClient as ModelClient
-from .llm import ModelSettings as ModelSettings
-from .process import open_deployment as open_deployment
-from .process import serve_actors as serve_actors
-from .role import RoleActor as RoleActor
-from .role import RoleContext as RoleContext
-from .role import UnknownRole as UnknownRole
-from .scheduler import Scheduler as Scheduler
-from .settings import Settings as Settings
-from .team import RoleConfig as RoleConfig
-from .team import TeamConfig as TeamConfig
-from .team import load_team as load_team
-from .team import team_from_dict as team_from_dict
+from .models import ModelClient as ModelClient
 from .tools import Tool as Tool
 from .tools import ToolRegistry as ToolRegistry
 from .tools import builtin_tools as builtin_tools
+from .worker import open_deployment as open_deployment
+from .worker import serve_actors as serve_actors
 
 __all__ = [
     "Actor", "Bus", "Delivery", "ModelClient", "ModelSettings", "NatsServerProcess",

@@ -16,8 +16,7 @@ from protocols.codec import UNREADABLE
 
 from . import telemetry
 from .errors import PlancastError
-from .llm import ChatMessage, ModelClient
-from .structured import Constraint
+from .models import ChatMessage, Constraint, ModelClient
 from .tools import ToolRegistry
 
 DATA_NOTICE = (

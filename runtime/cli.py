@@ -19,7 +19,8 @@ from rich.table import Table
 
 from protocols import json_schema
 
-from . import preflight
+from .actor import build_team_actors, discover_roles
+from .bus import open_bus
 from .cli_setup import (
     build_settings,
     console,
@@ -28,16 +29,11 @@ from .cli_setup import (
     print_error,
     setup_logging,
 )
-from .connection import open_bus
+from .client import HEARTBEAT_WINDOWS, collect_status, render_status
+from .config import Settings, TeamConfig, load_team
 from .errors import PlancastError
-from .loop import backend_options, tune_gc
-from .process import serve_actors
-from .registry import discover_roles
-from .role import build_team_actors
-from .settings import Settings
-from .status import HEARTBEAT_WINDOWS, collect_status, render_status
-from .team import TeamConfig, load_team
 from .tools import ToolRegistry, builtin_tools
+from .worker import backend_options, preflight, serve_actors, tune_gc
 
 app = typer.Typer(
     help="plancast: planner-executor LLM agent teams over NATS.",

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .auth import CONF_FILE, grants, write_auth
+from .bus import CONF_FILE, grants, open_bus, provision_consumers, write_auth
 from .cli import (
     ConnectTimeoutOpt,
     CredsOpt,
@@ -21,9 +21,7 @@ from .cli import (
     app,
 )
 from .cli_setup import build_settings, console, print_error, setup_logging
-from .connection import open_bus
 from .errors import PlancastError
-from .provision import provision_consumers
 
 auth_app = typer.Typer(help="Per-role NATS users: least privilege on a shared server.",
                        no_args_is_help=True)

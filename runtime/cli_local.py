@@ -1,6 +1,6 @@
 """``plancast local-model``: serve a local model (llama.cpp, on the CPU) for a team to use.
 
-Starts :class:`~runtime.llama_server.LlamaServer` with the flags plancast needs, prints the
+Starts :class:`~runtime.models.llama_server.LlamaServer` with the flags plancast needs, prints the
 base URL to give the team (stdout, one line, for scripts), and stops the server on Ctrl-C
 or SIGTERM.
 """
@@ -17,7 +17,7 @@ import typer
 from .cli import VerboseOpt, app
 from .cli_setup import console, err_console, print_error, setup_logging
 from .errors import PlancastError
-from .llama_server import DEFAULT_ALIAS, N_CTX, LlamaServer
+from .models import DEFAULT_ALIAS, N_CTX, LlamaServer
 
 _POLL = 0.5
 

@@ -31,6 +31,7 @@ from protocols import (
 )
 from protocols.codec import UNREADABLE
 
+from .bus import open_bus
 from .cli import (
     ConnectTimeoutOpt,
     CredsOpt,
@@ -43,25 +44,24 @@ from .cli import (
 )
 from .cli_runs import _deployment
 from .cli_setup import build_settings, console, print_error, setup_logging
-from .client import events_so_far, follow, last_event
-from .connection import open_bus
-from .plans import (
-    PlanFileError,
-    dump,
-    parameters,
-    plan_of_run,
-    store_plan,
-    stored_plans,
-)
-from .review import (
+from .client import (
     NothingAwaitsApproval,
+    PlanFileError,
     awaiting_plan,
     awaiting_steps,
     decide_plan,
     decide_step,
+    dump,
+    events_so_far,
+    follow,
+    last_event,
+    parameters,
+    plan_of_run,
+    read_run,
+    store_plan,
+    stored_plans,
 )
-from .settings import Settings
-from .status import read_run
+from .config import Settings
 
 plan_app = typer.Typer(help="Reusable plans: save the plan that answered a run; run it "
                             "again with `plancast run --plan FILE`.", no_args_is_help=True)

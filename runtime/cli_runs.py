@@ -21,8 +21,7 @@ from rich.live import Live
 
 from protocols import RunEvent, RunFailed, RunFinished, RunRequest, SavedPlan, encode
 
-from . import plans, preflight
-from .bus import Bus
+from .bus import Bus, open_bus
 from .cli import (
     ConnectTimeoutOpt,
     CredsOpt,
@@ -37,18 +36,14 @@ from .cli import (
     team_tools,
 )
 from .cli_setup import build_settings, console, local_deployment, print_error, setup_logging
-from .client import cancel, follow, submit
-from .connection import open_bus
+from .client import cancel, collect_runs, follow, follow_tree, plans, read_run, render_runs, submit
+from .config import Settings
 from .demo import DEMO_GOAL, demo_scenario_path, demo_team
 from .errors import PlanValidationError
-from .process import open_deployment
-from .settings import Settings
-from .status import collect_runs, read_run, render_runs
 from .testing import load_scenario, open_scripted_model_server
-from .tools import builtin_tools
-from .tools.sandbox import find_bwrap
-from .tree import follow_tree
+from .tools import builtin_tools, find_bwrap
 from .view import RunView
+from .worker import open_deployment, preflight
 
 
 async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
+from .bus import open_bus
 from .cli import ConnectTimeoutOpt, CredsOpt, NatsOpt, PrefixOpt, VerboseOpt, _run_async, app
 from .cli_runs import _deployment, _known_run
 from .cli_setup import build_settings, err_console, print_error, setup_logging
 from .client import follow
-from .connection import open_bus
 
 
 @app.command()
@@ -40,8 +40,7 @@ def serve(
     try:
         import uvicorn
 
-        from .gateway import gateway
-        from .gateway_access import TOKEN_FILE, Access, GatewayAccessError, gateway_token
+        from .gateway import TOKEN_FILE, Access, GatewayAccessError, gateway, gateway_token
     except ImportError as exc:
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
@@ -117,7 +116,7 @@ def trace(
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        from .traces import export_run
+        from .telemetry import export_run
     except ImportError as exc:
         print_error(f"plancast trace needs the otel extra ({exc.name} is missing): "
                     "pip install 'plancast[otel]'")

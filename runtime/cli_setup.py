@@ -16,9 +16,9 @@ from rich.highlighter import NullHighlighter
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from .bus import running, secret_of
+from .config import Settings
 from .errors import PlancastError
-from .local import running, secret_of
-from .settings import Settings
 
 console = Console()
 err_console = Console(stderr=True)

@@ -21,8 +21,8 @@ import hashlib
 import hmac
 import logging
 
-from .auth import read_creds
-from .settings import Settings
+from .bus import read_creds
+from .config import Settings
 
 __all__ = ["Nonces", "planners_secret"]
 

@@ -69,7 +69,7 @@ class RunView:
     """Views of the sub-team runs under this run's steps, by run id."""
 
     def apply_tree(self, run_id: str, event: RunEvent) -> None:
-        """Fold an event of this run or of a sub-team run under it (``runtime.tree``)."""
+        """Fold an event of this run or of a sub-team run under it (``runtime.client.tree``)."""
         view = self.find(run_id)
         if view is not None:
             view.apply(event)

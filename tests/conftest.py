@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.embedded import NatsServerProcess, start_cluster
+from runtime.bus import NatsServerProcess, start_cluster
 
 # The server reserves each stream's max_bytes, and the shared server holds hundreds of
 # tests' streams: small ones (every process a test starts inherits this).

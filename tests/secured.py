@@ -12,14 +12,10 @@ from pathlib import Path
 import anyio
 import nats
 
-from runtime.auth import CONF_FILE, write_auth
-from runtime.connection import open_bus
-from runtime.embedded import NatsServerProcess
-from runtime.process import open_deployment
-from runtime.provision import provision_consumers
-from runtime.settings import Settings
-from runtime.team import TeamConfig
+from runtime.bus import CONF_FILE, NatsServerProcess, open_bus, provision_consumers, write_auth
+from runtime.config import Settings, TeamConfig
 from runtime.tools import ToolRegistry, builtin_tools
+from runtime.worker import open_deployment
 
 
 @dataclass

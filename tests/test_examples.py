@@ -19,7 +19,7 @@ from protocols import (
     StepFinished,
 )
 from runtime import Settings, follow, open_deployment, submit
-from runtime.registry import discover_roles
+from runtime.actor import discover_roles
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from runtime.embedded import free_port
+from runtime.bus import free_port
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from .actors.harness import finish, plan_line

@@ -8,7 +8,7 @@ file. The manager plans two large steps, one per sub-team (``kind = "team"`` rol
 step starts a child run whose plan may use only that team's members; its answer is the
 step's output. One research step fails, so the research desk replans by itself while the
 manager waits; the manager never replans. The tree is followed from the root run
-(``runtime.tree.follow_tree``), each child's events indented under its parent's.
+(``runtime.client.follow_tree``), each child's events indented under its parent's.
 
 With ``NATS_URL`` unset an embedded nats-server is started in a temporary directory.
 Exits 0 when the run finished, 1 when it failed.
@@ -37,8 +37,8 @@ from protocols import (
     encode,
 )
 from runtime import Settings, builtin_tools, open_deployment, submit, team_from_dict
+from runtime.client import follow_tree
 from runtime.testing import load_scenario, open_scripted_model_server
-from runtime.tree import follow_tree
 
 HERE = Path(__file__).parent
 GOAL = "How many hours has a leap year? Answer in a sentence."

@@ -25,7 +25,7 @@ import msgspec
 
 from protocols import PlanApproved, PlanAwaitingApproval, RunFinished, RunRequest, StepFinished
 from runtime import Bus, Settings, builtin_tools, follow, open_deployment, submit, team_from_dict
-from runtime.review import decide_plan
+from runtime.client import decide_plan
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 TEAM = {

@@ -21,7 +21,7 @@ import anyio
 
 from protocols import RunFinished, RunRequest, StepFinished
 from runtime import Settings, builtin_tools, follow, open_deployment, submit, team_from_dict
-from runtime.plans import PlanFileError, fill, load, parse_params
+from runtime.client import PlanFileError, fill, load, parse_params
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 HERE = Path(__file__).parent

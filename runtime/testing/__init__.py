@@ -1,5 +1,6 @@
 """Test doubles shipped with plancast: the scripted OpenAI-compatible model server."""
 
+from ._http import read_request as read_request
 from ._scenario import Latency as Latency
 from ._scenario import Rejection as Rejection
 from ._scenario import Rule as Rule
@@ -12,7 +13,7 @@ from ._server import RecordedRequest as RecordedRequest
 from ._server import ScriptedModelServer as ScriptedModelServer
 from ._server import open_scripted_model_server as open_scripted_model_server
 
-__all__ = [
+__all__ = (
     "FINGERPRINT",
     "Latency",
     "RecordedRequest",
@@ -24,4 +25,5 @@ __all__ = [
     "load_scenario",
     "open_scripted_model_server",
     "parse_scenario",
-]
+    "read_request",
+)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ScenarioError
-from ..llm import ROLE_HEADER
+from ..models import ROLE_HEADER
 
 _ROLE_MARKER = re.compile(r"\[role:([A-Za-z0-9_.-]+)\]")
 

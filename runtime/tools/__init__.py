@@ -3,33 +3,47 @@
 from ._base import FunctionTool as FunctionTool
 from ._base import StructTool as StructTool
 from ._base import Tool as Tool
+from ._base import args_schema as args_schema
 from ._base import openai_spec as openai_spec
 from ._base import tool as tool
+from .context import StepContext as StepContext
+from .context import current_step as current_step
+from .demo import EchoArgs as EchoArgs
 from .demo import echo_tool as echo_tool
 from .demo import sleep_tool as sleep_tool
 from .http_get import HttpGetTool as HttpGetTool
 from .math_eval import MathTool as MathTool
+from .math_eval import evaluate as evaluate
 from .python_runner import PythonRunner as PythonRunner
 from .read_file import ReadFileTool as ReadFileTool
 from .registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from .registry import ToolRegistry as ToolRegistry
 from .registry import builtin_tools as builtin_tools
 from .registry import load_plugin_tools as load_plugin_tools
+from .sandbox import find_bwrap as find_bwrap
+from .step_cgroup import step_cgroup_layout as step_cgroup_layout
 
-__all__ = [
+__all__ = (
     "ENTRY_POINT_GROUP",
+    "EchoArgs",
     "FunctionTool",
     "HttpGetTool",
     "MathTool",
     "PythonRunner",
     "ReadFileTool",
+    "StepContext",
     "StructTool",
     "Tool",
     "ToolRegistry",
+    "args_schema",
     "builtin_tools",
+    "current_step",
     "echo_tool",
+    "evaluate",
+    "find_bwrap",
     "load_plugin_tools",
     "openai_spec",
     "sleep_tool",
+    "step_cgroup_layout",
     "tool",
-]
+)

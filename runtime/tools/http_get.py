@@ -22,8 +22,7 @@ import anyio
 import httpx2
 import msgspec
 
-from runtime.errors import ToolError
-
+from ..errors import ToolError
 from ._base import StructTool
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})

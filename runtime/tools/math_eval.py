@@ -14,8 +14,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from runtime.errors import ToolError
-
+from ..errors import ToolError
 from ._base import StructTool
 
 Number = int | float

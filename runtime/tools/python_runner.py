@@ -31,10 +31,9 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import ByteReceiveStream
 
-from runtime.errors import ToolError
-
+from ..dag import INPUTS_FILE, bind_inputs
+from ..errors import ToolError
 from ._base import StructTool
-from .code_inputs import INPUTS_FILE, bind_inputs
 from .context import current_step
 from .sandbox import NOBODY, SANDBOXES, WORKDIR, find_bwrap, sandboxed
 from .seccomp import UnsupportedArchitecture, filter_fd

@@ -22,8 +22,7 @@ from typing import Annotated
 import anyio.to_thread
 import msgspec
 
-from runtime.errors import ToolError
-
+from ..errors import ToolError
 from ._base import StructTool
 
 KERNEL_FILES = (Path("/proc"), Path("/sys"), Path("/dev"))

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from runtime.errors import UnknownTool
-
+from ..errors import UnknownTool
 from ._base import Tool, openai_spec
 from .demo import echo_tool, sleep_tool
 from .http_get import HttpGetTool

@@ -8,10 +8,10 @@ import pytest
 
 from protocols import RunFinished, RunRequest
 from runtime.client import RunNotAccepted, follow, submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
+from runtime.config import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import RUN_TIMEOUT, finish, make_team, plan_line
 

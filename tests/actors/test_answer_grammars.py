@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors._json import DecisionAnswer, VerdictAnswer, find_json_object
-from runtime.structured import answer_constraint
+from runtime.models import answer_constraint
 
 from ..runtime.gbnf_check import parse_gbnf
 

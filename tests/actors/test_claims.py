@@ -6,13 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocols import (
-    OutcomeRefused,
-    StepClaimed,
-    StepResult,
-    StepStarted,
-    Verb,
-)
+from protocols import OutcomeRefused, StepClaimed, StepResult, StepStarted, Verb
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule

@@ -8,19 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from protocols import (
-    PlanAwaitingApproval,
-    RunRequest,
-    Stream,
-    Verb,
-    decode,
-    stream_name,
-)
-from runtime.bus import Bus
-from runtime.client import follow
-from runtime.connection import open_bus
-from runtime.review import decide_plan
-from runtime.settings import Settings
+from protocols import PlanAwaitingApproval, RunRequest, Stream, Verb, decode, stream_name
+from runtime.bus import Bus, open_bus
+from runtime.client import decide_plan, follow
+from runtime.config import Settings
 from runtime.testing import Rule
 
 from .harness import NONCES, echo, finish, run_team

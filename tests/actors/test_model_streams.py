@@ -10,9 +10,9 @@ import pytest
 
 from protocols import RunFailed, RunRequest
 from runtime.client import follow, submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
+from runtime.config import Settings
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..runtime.test_llm_sse import RawServer, event, serve_raw
 from .harness import RUN_TIMEOUT, check_sequence, echo, make_team

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocols import (
-    OutcomeRefused,
-    StepOutcomes,
-    StepResult,
-    StepStarted,
-    Verb,
-)
+from protocols import OutcomeRefused, StepOutcomes, StepResult, StepStarted, Verb
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule

@@ -19,14 +19,12 @@ from protocols import (
     Step,
     StepDispatched,
 )
-from runtime.bus import Bus
-from runtime.client import RunRefused, follow, submit
-from runtime.connection import open_bus
-from runtime.process import open_deployment
-from runtime.review import decide_plan
-from runtime.settings import Settings
+from runtime.bus import Bus, open_bus
+from runtime.client import RunRefused, decide_plan, follow, submit
+from runtime.config import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import echo, finish, last_user_message, make_team, run_team
 

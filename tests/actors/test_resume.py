@@ -25,10 +25,9 @@ from protocols import (
     Usage,
     UsageRecorded,
 )
+from runtime.dag import Scheduler, StepState
 from runtime.events import identity
 from runtime.nonces import Nonces
-from runtime.scheduler import Scheduler
-from runtime.step_states import StepState
 
 RUN = "run-1"
 NONCES = Nonces("")

@@ -18,12 +18,21 @@ from protocols import (
     StepPlanned,
 )
 from runtime.bus import Bus
-from runtime.client import RunNotAccepted, follow, submit
-from runtime.plans import PlanFileError, dump, fill, parameters, parse_params, plan_of_run
-from runtime.process import open_deployment
-from runtime.settings import Settings
+from runtime.client import (
+    PlanFileError,
+    RunNotAccepted,
+    dump,
+    fill,
+    follow,
+    parameters,
+    parse_params,
+    plan_of_run,
+    submit,
+)
+from runtime.config import Settings
 from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import RUN_TIMEOUT, check_sequence, echo, finish, make_team, plan_line
 

@@ -15,8 +15,7 @@ from protocols import (
     StepFinished,
 )
 from runtime.bus import Bus
-from runtime.client import follow
-from runtime.review import decide_step
+from runtime.client import decide_step, follow
 from runtime.testing import Rule
 
 from .harness import echo, finish, make_team, plan_line, run_team

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from protocols import PlanRejected, RunFinished, StepFailed, UsageRecorded
-from runtime.team import DEFAULT_MAX_TOKENS
+from runtime.config import DEFAULT_MAX_TOKENS
 from runtime.testing import Latency, Rule, ScriptedToolCall
 
 from .harness import echo, finish, plan_line, run_team

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from runtime.auth import CONF_FILE, read_creds
+from runtime.bus import CONF_FILE, read_creds
 from runtime.cli import app
 
 TEAM = """

@@ -40,13 +40,12 @@ from protocols import (
     stream_name,
     subject,
 )
-from runtime.bus import Bus
+from runtime.bus import Bus, open_bus
 from runtime.client import follow, submit
-from runtime.connection import open_bus
-from runtime.process import open_deployment
-from runtime.team import TeamConfig
+from runtime.config import TeamConfig
 from runtime.testing import Scenario, open_scripted_model_server
 from runtime.tools import FunctionTool, ToolRegistry, builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import finish, make_team
 from ..secured import Secured, secured_server

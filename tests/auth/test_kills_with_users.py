@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from protocols import RunRequest, RunStarted, StepDispatched, StepFinished, StepStarted
+from runtime.bus import open_bus
 from runtime.client import submit
-from runtime.connection import open_bus
-from runtime.process import open_deployment
-from runtime.team import load_team
+from runtime.config import load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..durability.harness import (
     FAST,

@@ -33,9 +33,8 @@ from protocols import (
     runs_bucket,
     stream_name,
 )
-from runtime.bus import offloaded
+from runtime.bus import offloaded, open_bus
 from runtime.client import follow, submit
-from runtime.connection import open_bus
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import FunctionTool, ToolRegistry, builtin_tools
 

@@ -1,6 +1,6 @@
 """Per-role NATS users on a real server: each role can do its job and nothing else.
 
-The server enforces the grants of ``runtime.auth``: the pipeline runs with one user per
+The server enforces the grants of ``runtime.bus.auth``: the pipeline runs with one user per
 role, and what a role (or a watcher, an outsider with read rights) must not do is denied
 by the server itself: forged decisions and verdicts, replan requests, injected tasks,
 writes to the run state, events published ahead of the planner, deleting streams.
@@ -15,14 +15,12 @@ import anyio
 import pytest
 
 from protocols import RunFinished, RunRequest, Stream, runs_bucket, stream_name
-from runtime.client import follow, submit
-from runtime.connection import NatsUnreachable, open_bus
-from runtime.plans import plan_of_run, store_plan, stored_plan, stored_plans
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import TeamConfig
+from runtime.bus import NatsUnreachable, open_bus
+from runtime.client import follow, plan_of_run, store_plan, stored_plan, stored_plans, submit
+from runtime.config import Settings, TeamConfig
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import echo, finish, make_team
 from ..secured import Secured, secured_server

@@ -12,7 +12,7 @@ import nats
 import pytest
 
 from protocols import RunAccepted, Verb, subject
-from runtime.delivery import Delivery
+from runtime.bus import Delivery
 
 from ..actors.harness import make_team
 from ..secured import secured_server

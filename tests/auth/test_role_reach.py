@@ -32,9 +32,8 @@ from protocols import (
     Verb,
     WorkError,
 )
-from runtime.bus import Bus
+from runtime.bus import Bus, open_bus
 from runtime.client import cancel, follow, submit
-from runtime.connection import open_bus
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import finish, make_team, plan_line

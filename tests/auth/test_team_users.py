@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from protocols import RunFinished, RunRequest, child_run_id
+from runtime.bus import open_bus
 from runtime.client import follow, submit
-from runtime.connection import open_bus
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import echo, finish, make_team, plan_line

@@ -1,6 +1,6 @@
 """Three JetStream nodes for the chaos suite: n1 and n2 in the root namespace, n3 on the side.
 
-Like ``runtime.embedded.start_cluster``, but each node listens where its namespace puts
+Like ``runtime.bus.embedded.start_cluster``, but each node listens where its namespace puts
 it, n3's process runs inside the side namespace, and the nodes ping their routes and
 clients every second, so a connection that went silent in a partition is dropped within
 seconds instead of the default two minutes (the route then re-forms once healed). With
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import anyio
 
-from runtime.embedded import NatsServerProcess, find_nats_server, free_port
+from runtime.bus import NatsServerProcess, find_nats_server, free_port
 
 from .netns import Network
 from .users import Users
@@ -73,7 +73,7 @@ class Node:
     async def start(self) -> None:
         """(Re)start on the same ports; returns once it accepts clients.
 
-        Spawned from the event loop's thread, as ``runtime.embedded`` requires (the server
+        Spawned from the event loop's thread, as ``runtime.bus.embedded`` requires (the server
         dies with the thread that forked it); the readiness poll runs off the loop.
         """
         self.server._spawn()

@@ -26,11 +26,8 @@ from typing import Any
 import anyio
 
 from protocols import RunFailed, encode
-from runtime.auth import ADMIN, CLIENT, WATCHER
-from runtime.connection import open_bus
-from runtime.provision import provision_consumers
-from runtime.settings import Settings
-from runtime.team import TeamConfig, load_team
+from runtime.bus import ADMIN, CLIENT, WATCHER, open_bus, provision_consumers
+from runtime.config import Settings, TeamConfig, load_team
 from runtime.testing import open_scripted_model_server
 
 from .cluster import Node, start_nodes, stop_nodes

@@ -27,11 +27,11 @@ from protocols import (
     RunRequest,
     Stream,
     Verb,
+    readable_events,
     stream_name,
 )
 from runtime.bus import Bus
 from runtime.client import RunNotAccepted, follow, submit
-from runtime.stored_events import readable_events
 
 from .workload import RunSpec
 

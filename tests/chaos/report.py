@@ -9,14 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from protocols import (
-    ReplanStarted,
-    RunEvent,
-    RunFailed,
-    RunFinished,
-    StepFinished,
-    StepPlanned,
-)
+from protocols import ReplanStarted, RunEvent, RunFailed, RunFinished, StepFinished, StepPlanned
 
 from ..invariants import event_log_violations
 from .faults import KINDS, NODE_KINDS, Fault

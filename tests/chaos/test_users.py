@@ -11,7 +11,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from runtime.team import load_team
+from runtime.config import load_team
 
 from ..secured import secured_server
 from .cluster import start_nodes, stop_nodes

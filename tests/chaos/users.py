@@ -15,8 +15,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.auth import CONF_FILE, write_auth
-from runtime.team import TeamConfig
+from runtime.bus import CONF_FILE, write_auth
+from runtime.config import TeamConfig
 
 ROUTE_USER = "route"
 

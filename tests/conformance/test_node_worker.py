@@ -18,9 +18,9 @@ import anyio
 import pytest
 
 from protocols import OutcomeRefused, RunFinished, RunRequest, StepFinished, StepStarted
+from runtime.bus import open_bus
 from runtime.client import follow, submit
-from runtime.connection import open_bus
-from runtime.team import team_from_dict
+from runtime.config import team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import finish, plan_line

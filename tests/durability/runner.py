@@ -17,12 +17,11 @@ from pathlib import Path
 
 import anyio
 
-from runtime.connection import open_bus
-from runtime.process import serve_actors
-from runtime.role import build_team_actors
-from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.actor import build_team_actors
+from runtime.bus import open_bus
+from runtime.config import Settings, load_team
 from runtime.tools import builtin_tools
+from runtime.worker import serve_actors
 
 from ..chaos.ledger import chaos_tools
 from .tools import kill_test_tools

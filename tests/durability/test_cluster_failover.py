@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 
 from protocols import RunRequest, StepFinished
+from runtime.bus import NatsServerProcess
 from runtime.client import submit
-from runtime.embedded import NatsServerProcess
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import following, plan_scenario, team_toml
 

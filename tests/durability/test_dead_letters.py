@@ -10,11 +10,10 @@ import pytest
 
 from protocols import ReplanStarted, RunRequest, StepFailed, StepFinished
 from runtime.client import submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import env_for, following, plan_scenario, spawn, stop, team_toml
 from .tools import kill_test_tools

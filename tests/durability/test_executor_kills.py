@@ -37,11 +37,10 @@ from protocols import (
 from protocols.state import StepRecord, step_key
 from runtime.bus import Bus
 from runtime.client import submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import (
     appears,

@@ -12,10 +12,9 @@ import pytest
 from nats.js.errors import APIError
 
 from protocols import RunFinished, StepStarted, Stream, Verb, objects_bucket, stream_name
-from runtime.bus import Bus
+from runtime.bus import Bus, open_bus
 from runtime.client import follow
-from runtime.connection import open_bus
-from runtime.settings import Settings
+from runtime.config import Settings
 from runtime.testing import Rule
 
 from ..actors.harness import finish, plan_line, run_team

@@ -18,14 +18,12 @@ from protocols import (
     runs_bucket,
     step_key,
 )
-from runtime.bus import MAX_OBJECT_BYTES
+from runtime.bus import MAX_OBJECT_BYTES, open_bus
 from runtime.client import follow, submit
-from runtime.connection import open_bus
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import TeamConfig, load_team
+from runtime.config import Settings, TeamConfig, load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import FunctionTool, ToolRegistry, builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import following, plan_scenario, team_toml
 

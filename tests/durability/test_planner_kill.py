@@ -23,14 +23,11 @@ from protocols import (
     StepStarted,
     Verb,
 )
-from runtime.client import submit
-from runtime.process import open_deployment
-from runtime.review import decide_plan
-from runtime.settings import Settings
-from runtime.supervisor import Supervisor, process_child
-from runtime.team import load_team
+from runtime.client import decide_plan, submit
+from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import Supervisor, open_deployment, process_child
 
 from .harness import appears, env_for, following, pid_of, plan_scenario, runner_argv, team_toml
 from .tools import kill_test_tools

@@ -28,14 +28,12 @@ from protocols import (
     StepPlanned,
     StepStarted,
 )
+from runtime.bus import NatsServerProcess
 from runtime.client import submit
-from runtime.embedded import NatsServerProcess
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.supervisor import Supervisor, process_child
-from runtime.team import load_team
+from runtime.config import Settings, load_team
 from runtime.testing import Latency, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
+from runtime.worker import Supervisor, open_deployment, process_child
 
 from .harness import (
     ROOT,

@@ -20,11 +20,10 @@ import pytest
 
 from protocols import RunRequest, RunStarted, StepFinished, StepStarted, child_run_id
 from runtime.client import submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import load_team
+from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from .harness import appears, env_for, following, pid_of, spawn, stop, team_toml
 from .tools import kill_test_tools

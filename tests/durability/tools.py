@@ -15,8 +15,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from runtime.tools import FunctionTool
-from runtime.tools.context import current_step
+from runtime.tools import FunctionTool, current_step
 
 
 class GateArgs(msgspec.Struct, frozen=True):

@@ -15,11 +15,10 @@ import pytest
 
 from protocols import RunEvent, RunRequest
 from runtime.client import follow, submit
-from runtime.llama_server import INSTALL_HINT, LlamaServer, missing_packages
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import TeamConfig, team_from_dict
+from runtime.config import Settings, TeamConfig, team_from_dict
+from runtime.models import INSTALL_HINT, LlamaServer, missing_packages
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import check_sequence
 from ..subprocesses import ROOT

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import PlancastError
-from runtime.llama_server import INSTALL_HINT, LlamaServer, LocalModelStartError
+from runtime.models import INSTALL_HINT, LlamaServer, LocalModelStartError
 
 from ..subprocesses import PLANCAST, ROOT, clean_env
 from .conftest import requires_local

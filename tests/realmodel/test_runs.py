@@ -28,8 +28,8 @@ from protocols import (
     StepPlanned,
     UsageRecorded,
 )
-from runtime.llama_server import LlamaServer
-from runtime.team import TeamConfig
+from runtime.config import TeamConfig
+from runtime.models import LlamaServer
 
 from .conftest import file_role, local_team, run_goal
 

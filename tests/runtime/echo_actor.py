@@ -7,16 +7,9 @@ from typing import Any
 
 import anyio
 
-from protocols import (
-    RunAccepted,
-    RunRequest,
-    StepResult,
-    StepTask,
-    Stream,
-    Verb,
-)
+from protocols import RunAccepted, RunRequest, StepResult, StepTask, Stream, Verb
 from runtime.actor import Actor, Source, Subscription, WorkQueue, on
-from runtime.delivery import Delivery
+from runtime.bus import Delivery
 
 
 class EchoActor(Actor):

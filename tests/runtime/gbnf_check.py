@@ -13,7 +13,7 @@ from functools import cache
 
 from hypothesis import strategies as st
 
-from runtime.gbnf import Alt, Chars, Expr, Lit, Ref, Rep, Seq, render
+from runtime.models import Alt, Chars, Expr, Lit, Ref, Rep, Seq, render
 
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]"}
 _HEX = {"x": 2, "u": 4, "U": 8}

@@ -26,9 +26,8 @@ from protocols import (
     subject,
 )
 from runtime.actor import Source, WorkQueue
-from runtime.bus import Bus
-from runtime.connection import open_bus
-from runtime.settings import Settings
+from runtime.bus import Bus, open_bus
+from runtime.config import Settings
 
 from .echo_actor import EchoActor
 
@@ -278,7 +277,7 @@ async def test_two_sources_waiting_for_one_slot_both_ask_once_it_is_free(
     work: taking the slot and giving it back handed it to the other one, which then saw no
     room and, before, sent no request until its pull expired (1.2 s stalls in a benchmark
     shape); here an expiry longer than the test's deadline."""
-    monkeypatch.setattr("runtime.intake.FETCH_WAIT", 60.0)
+    monkeypatch.setattr("runtime.bus.intake.FETCH_WAIT", 60.0)
     settings = Settings(nats_url=nats_url, prefix=prefix)
     async with open_bus(settings) as bus, anyio.create_task_group() as tg:
         results = Watch(StepResult, bus)

@@ -13,14 +13,13 @@ import msgspec
 import pytest
 
 from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, RunRequest, StepFinished
+from runtime.actor import RoleContext, UnknownRole, build_actor
+from runtime.bus import NatsServerProcess
 from runtime.client import follow, submit
-from runtime.embedded import NatsServerProcess
-from runtime.process import open_deployment
-from runtime.role import RoleContext, UnknownRole, build_actor
-from runtime.settings import Settings
-from runtime.team import team_from_dict
+from runtime.config import Settings, team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import echo, finish, make_team, plan_line
 from ..subprocesses import PLANCAST, SCRIPTED_TEAM, clean_env, events_of, plancast, stderr_tail

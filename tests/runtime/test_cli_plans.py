@@ -18,10 +18,10 @@ from protocols import (
 )
 from runtime.bus import Bus
 from runtime.client import follow, submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
+from runtime.config import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import echo, finish, make_team, plan_line
 from ..subprocesses import events_of, plancast, stderr_tail

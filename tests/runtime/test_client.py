@@ -11,7 +11,7 @@ import anyio.to_thread
 import pytest
 from nats.aio.msg import Msg
 
-import runtime.client as client_module
+import runtime.client.runs as client_module
 from protocols import (
     RunAccepted,
     RunEvent,
@@ -26,11 +26,9 @@ from protocols import (
     encode,
     stream_name,
 )
-from runtime.bus import Bus
+from runtime.bus import Bus, NatsServerProcess, open_bus
 from runtime.client import RunNotAccepted, RunStalled, follow, submit
-from runtime.connection import open_bus
-from runtime.embedded import NatsServerProcess
-from runtime.settings import Settings
+from runtime.config import Settings
 
 from .test_connection import no_stray_tasks, recording
 
@@ -224,7 +222,7 @@ async def test_follow_rides_out_a_server_restart(
         tg.start_soon(early.run)
         await early.wait_for(3)
         await anyio.to_thread.run_sync(fresh_nats_server.stop)
-        with recording("runtime.client") as logged:
+        with recording("runtime.client.runs") as logged:
             tried = logged.at_least("reading again")
             tg.start_soon(late.run)
             await tried.wait()  # the late follower found no server

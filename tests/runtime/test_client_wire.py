@@ -14,10 +14,8 @@ from nats.aio.msg import Msg
 from nats.errors import BadHeaderError
 from nats.js import api
 
-from runtime.connection import open_bus
-from runtime.delivery import Delivery
-from runtime.nats_client import header_block
-from runtime.settings import Settings
+from runtime.bus import Delivery, header_block, open_bus
+from runtime.config import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -18,11 +18,10 @@ import pytest
 
 from protocols import RunFailed, RunRequest
 from runtime.client import follow, submit
-from runtime.process import open_deployment
-from runtime.settings import Settings
-from runtime.team import team_from_dict
+from runtime.config import Settings, team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import echo, finish, make_team, plan_line
 from ..subprocesses import ROOT

@@ -16,7 +16,7 @@ import nats
 import nats.errors
 import pytest
 
-from runtime.embedded import (
+from runtime.bus import (
     ENV_VAR,
     NatsServerNotFound,
     NatsServerProcess,
@@ -140,7 +140,7 @@ async def test_restart_after_kill_keeps_url_and_data(
 CHILD = """
 import sys, time
 from pathlib import Path
-from runtime.embedded import NatsServerProcess
+from runtime.bus import NatsServerProcess
 server = NatsServerProcess(Path(sys.argv[1])).start()
 print(server.pid, flush=True)
 time.sleep(3600)
@@ -217,8 +217,7 @@ async def test_cluster_keeps_r3_stream_when_its_leader_dies(
 
 
 def test_a_store_held_by_one_embedded_server_is_found_and_never_shared(tmp_path: Path) -> None:
-    from runtime.local import StoreInUse, holding, running
-    from runtime.private_files import write_private
+    from runtime.bus import StoreInUse, holding, running, write_private
 
     store = tmp_path / "nats"
     assert running(store) is None

@@ -11,15 +11,21 @@ from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 from nats.js.errors import NotFoundError
 
-import runtime.jetstream as jetstream
-from protocols import EventBatch, RunFinished, RunStarted, Stream, Verb, encode, stream_name
-from runtime.bus import Bus, Unsettled
+import runtime.bus.jetstream as jetstream
+from protocols import (
+    EventBatch,
+    RunFinished,
+    RunStarted,
+    Stream,
+    Verb,
+    encode,
+    stored_events,
+    stream_name,
+)
+from runtime.bus import Bus, Unsettled, open_bus, provision
 from runtime.client import follow
-from runtime.connection import open_bus
+from runtime.config import Settings
 from runtime.events import EventLog
-from runtime.provision import provision
-from runtime.settings import Settings
-from runtime.stored_events import stored_events
 
 pytestmark = pytest.mark.anyio
 

@@ -15,13 +15,13 @@ import httpx2
 import pytest
 
 from protocols import PlanApproved, PlanAwaitingApproval, RunFinished, encode
+from runtime.bus import free_port
 from runtime.client import follow
-from runtime.embedded import free_port
-from runtime.gateway_access import TOKEN_FILE
-from runtime.process import open_deployment
-from runtime.settings import Settings
+from runtime.config import Settings
+from runtime.gateway import TOKEN_FILE
 from runtime.testing import Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment
 
 from ..actors.harness import make_team
 from ..subprocesses import PLANCAST, clean_env

@@ -7,8 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-from runtime import handlers
-from runtime.handlers import HandlerTasks
+from runtime.actor import HandlerTasks, handlers
 
 pytestmark = pytest.mark.anyio
 

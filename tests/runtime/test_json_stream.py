@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.json_stream import StepArrayReader
+from runtime.models import StepArrayReader
 
 NASTY = st.text(alphabet=st.sampled_from(list('{}[]",:\\ ab$\n\u00e9')), max_size=12)
 VALUES = st.recursive(

@@ -9,9 +9,8 @@ import anyio
 import pytest
 
 from protocols import runs_bucket
-from runtime.connection import open_bus
-from runtime.kv import WATCH_LINGER, current_values
-from runtime.settings import Settings
+from runtime.bus import WATCH_LINGER, current_values, open_bus
+from runtime.config import Settings
 
 pytestmark = pytest.mark.anyio
 

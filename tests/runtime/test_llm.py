@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.config import ModelSettings
 from runtime.errors import ModelConfigError, ModelError
-from runtime.llm import ModelClient, ModelSettings, split_lines
+from runtime.models import ModelClient, split_lines
 from runtime.testing import (
     Latency,
     Rule,

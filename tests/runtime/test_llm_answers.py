@@ -14,8 +14,9 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
+from runtime.config import ModelSettings
 from runtime.errors import ModelError
-from runtime.llm import ModelClient, ModelSettings
+from runtime.models import ModelClient
 
 from .test_llm import UNSET_KEY, USER
 from .test_llm_sse import BOUND, read_request, serve_raw

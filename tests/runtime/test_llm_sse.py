@@ -15,10 +15,10 @@ import pytest
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from runtime.chat_stream import SseEvents, decode_chunk
+from runtime.config import ModelSettings
 from runtime.errors import ModelError
-from runtime.llm import LineStream, ModelClient, ModelSettings
-from runtime.testing._http import read_request as read_http_request
+from runtime.models import LineStream, ModelClient, SseEvents, decode_chunk
+from runtime.testing import read_request as read_http_request
 
 from .test_llm import UNSET_KEY, USER
 

@@ -8,10 +8,9 @@ import time
 import msgspec
 import pytest
 
+from runtime.config import ModelSettings
 from runtime.errors import ModelError, StructuredOutputUnsupported
-from runtime.llm import ModelSettings
-from runtime.plan_constraint import PlanShape, RoleTools
-from runtime.structured import Constraint, answer_constraint, plan_constraint
+from runtime.models import Constraint, PlanShape, RoleTools, answer_constraint, plan_constraint
 from runtime.testing import Latency, Rejection, Rule, Scenario
 
 from .test_llm import USER, model
@@ -101,7 +100,7 @@ async def test_an_error_naming_the_dialect_without_a_constraint_is_a_model_error
 
 
 def test_an_inline_model_is_named_by_its_model() -> None:
-    from runtime.structured import refusal
+    from runtime.models import refusal
 
     settings = ModelSettings(model="qwen", base_url="http://127.0.0.1:9/v1")
     error = refusal(400, "unknown field grammar", settings, Constraint("grammar", {}))
@@ -120,7 +119,7 @@ async def test_a_server_that_ignores_the_schema_is_read_as_lines() -> None:
 
 
 def test_an_unknown_dialect_is_a_team_file_error_that_lists_the_dialects() -> None:
-    from runtime.team import TeamConfigError, team_from_dict
+    from runtime.config import TeamConfigError, team_from_dict
 
     with pytest.raises(TeamConfigError) as caught:
         team_from_dict({"models": {"m": {"model": "x", "structured": "xml"}},
@@ -130,7 +129,7 @@ def test_an_unknown_dialect_is_a_team_file_error_that_lists_the_dialects() -> No
 
 
 def test_a_preset_knows_its_name() -> None:
-    from runtime.team import team_from_dict
+    from runtime.config import team_from_dict
 
     team = team_from_dict({"models": {"local": {"model": "x", "structured": "grammar"}},
                            "roles": {"planner": {"kind": "planner", "model": "local"},

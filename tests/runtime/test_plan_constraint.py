@@ -15,16 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols import Step
-from runtime.plan_constraint import (
-    MAX_CONSTRAINED_STEPS,
-    PlanShape,
-    RoleTools,
-    plan_grammar,
-    plan_shape,
-)
-from runtime.scheduler import Scheduler
-from runtime.step_states import StepState
-from runtime.team import team_from_dict
+from runtime.config import team_from_dict
+from runtime.dag import Scheduler, StepState
+from runtime.models import MAX_CONSTRAINED_STEPS, PlanShape, RoleTools, plan_grammar, plan_shape
 from runtime.tools import builtin_tools
 
 from .gbnf_check import Rules, parse_gbnf

@@ -7,9 +7,15 @@ from typing import Any
 import jsonschema
 import pytest
 
-from runtime.plan_constraint import PlanShape, RoleTools
-from runtime.plan_schema import drop_nulls, plan_schema, strict_object
-from runtime.structured import answer_constraint, plan_constraint
+from runtime.models import (
+    PlanShape,
+    RoleTools,
+    answer_constraint,
+    drop_nulls,
+    plan_constraint,
+    plan_schema,
+    strict_object,
+)
 
 from .test_plan_constraint import SCHEMAS
 

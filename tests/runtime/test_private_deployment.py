@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -20,11 +21,18 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from protocols import RunFinished
-from runtime.connection import open_bus
-from runtime.embedded import _http_json
-from runtime.local import SECRET, URL, running, secret_of
-from runtime.private_files import InsecureFile, private_dir, read_private, write_private
-from runtime.settings import Settings
+from runtime.bus import (
+    SECRET,
+    URL,
+    InsecureFile,
+    open_bus,
+    private_dir,
+    read_private,
+    running,
+    secret_of,
+    write_private,
+)
+from runtime.config import Settings
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import echo, finish
@@ -112,7 +120,8 @@ async def test_a_local_process_without_the_secret_is_refused_and_the_cli_needs_n
         assert secret.encode() not in cmdline, "ps would show it to every local user"
         monitor = json.loads(next(store.glob("*.ports")).read_text())["monitoring"][0]
         for page in ("varz", "connz?auth=1&subs=1", "subsz?subs=1", "jsz"):
-            assert secret not in json.dumps(_http_json(f"{monitor}/{page}")), page
+            text = await anyio.to_thread.run_sync(_read_page, f"{monitor}/{page}")
+            assert secret not in text, page
 
         elsewhere = tmp_path / "elsewhere"  # no team file, no flags: the local deployment
         elsewhere.mkdir()
@@ -237,7 +246,7 @@ def test_a_secret_or_url_others_could_read_or_plant_is_refused(tmp_path: Path) -
     with pytest.raises(InsecureFile, match="does not hold a plancast secret"):
         secret_of(store)
 
-    from runtime.local import holding
+    from runtime.bus import holding
 
     with holding(store) as url_file:
         url_file.write_text("nats://127.0.0.1:4999")  # 0644, as any file by default
@@ -278,3 +287,9 @@ async def test_plancast_up_refuses_a_secret_that_may_have_leaked(tmp_path: Path)
     assert result.returncode == 2 and "Traceback" not in said, said
     assert "may be read by other users" in said and "remove the file" in said, said
     assert not (store / URL).exists()
+
+
+def _read_page(url: str) -> str:
+    """A monitoring page of the server, as text."""
+    with urllib.request.urlopen(url, timeout=5.0) as response:
+        return str(response.read().decode())

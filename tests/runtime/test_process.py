@@ -1,4 +1,4 @@
-"""A process serving actors (``runtime.process``), run as a real child process and stopped
+"""A process serving actors (``runtime.worker.process``), run as a real child process and stopped
 with a real signal."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ pytestmark = pytest.mark.anyio
 SLOW_START = """
 import sys
 import anyio
-from runtime.connection import open_bus
-from runtime.process import serve_actors
-from runtime.settings import Settings
+from runtime.bus import open_bus
+from runtime.worker import serve_actors
+from runtime.config import Settings
 from tests.runtime.echo_actor import EchoActor
 
 class SlowStart(EchoActor):

@@ -10,10 +10,8 @@ import pytest
 from nats.js import api
 
 from protocols import Stream, Verb, stream_name
-from runtime.bus import Bus
-from runtime.connection import open_bus
-from runtime.pull import ConsumerGone, Pull
-from runtime.settings import Settings
+from runtime.bus import Bus, ConsumerGone, Pull, open_bus
+from runtime.config import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -17,9 +17,7 @@ import anyio.to_thread
 import pytest
 
 from runtime.errors import ToolArgumentsError, ToolError
-from runtime.tools import PythonRunner
-from runtime.tools.context import StepContext, current_step
-from runtime.tools.step_cgroup import step_cgroup_layout
+from runtime.tools import PythonRunner, StepContext, current_step, step_cgroup_layout
 
 pytestmark = pytest.mark.anyio
 

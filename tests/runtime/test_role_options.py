@@ -7,13 +7,18 @@ from typing import Any
 
 import pytest
 
-from runtime import preflight
-from runtime.process import open_deployment
-from runtime.registry import discover_roles
-from runtime.role_options import RoleOption, option_problems
-from runtime.settings import Settings
-from runtime.team import RoleConfig, TeamConfig, TeamConfigError, team_from_dict
+from runtime.actor import discover_roles
+from runtime.config import (
+    RoleConfig,
+    RoleOption,
+    Settings,
+    TeamConfig,
+    TeamConfigError,
+    option_problems,
+    team_from_dict,
+)
 from runtime.tools import builtin_tools
+from runtime.worker import open_deployment, preflight
 
 from ..subprocesses import clean_env, plancast
 

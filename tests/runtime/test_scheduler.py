@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.plan import Step
+from runtime.dag import Scheduler, StepState
 from runtime.errors import PlanValidationError, StepStateError
-from runtime.scheduler import Scheduler
-from runtime.step_states import StepState
 
 ROLES = ("researcher", "coder")
 TOOLS = ("search", "python")

@@ -23,11 +23,9 @@ from rich.console import Console
 from protocols import RunRecord, RunRequest, Step, StepRecord, Verb, encode, runs_bucket
 from protocols.state import StepStatus
 from runtime.actor import Actor, Source, Subscription, on
-from runtime.bus import Bus
-from runtime.connection import open_bus
-from runtime.delivery import Delivery
-from runtime.settings import Settings
-from runtime.status import DeploymentStatus, collect_runs, collect_status, render_status, run_status
+from runtime.bus import Bus, Delivery, open_bus
+from runtime.client import DeploymentStatus, collect_runs, collect_status, render_status, run_status
+from runtime.config import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -16,10 +16,10 @@ import anyio.lowlevel
 import pytest
 
 from runtime.actor import Actor, Source
-from runtime.connection import open_bus
+from runtime.bus import open_bus
+from runtime.config import Settings
 from runtime.errors import SetupError
-from runtime.settings import Settings
-from runtime.supervisor import (
+from runtime.worker import (
     ChildExited,
     ChildSpec,
     Restart,

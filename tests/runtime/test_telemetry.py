@@ -36,10 +36,9 @@ from protocols import (
     subject,
 )
 from runtime import telemetry
-from runtime.bus import Bus
+from runtime.bus import Bus, open_bus
 from runtime.client import submit
-from runtime.connection import open_bus
-from runtime.settings import Settings
+from runtime.config import Settings
 from runtime.testing import Rule, open_scripted_model_server, parse_scenario
 
 from ..actors.harness import echo, finish, run_team
@@ -235,9 +234,9 @@ def test_the_core_never_imports_opentelemetry() -> None:
     """With tracing off, serving actors imports nothing of the otel extra."""
     code = ("import sys\n"
             "import actors.planner, actors.executor, actors.critic, actors.synthesizer\n"
-            "import runtime.cli, runtime.process\n"
+            "import runtime.cli, runtime.worker\n"
             "from runtime import telemetry\n"
-            "from runtime.settings import Settings\n"
+            "from runtime.config import Settings\n"
             "assert not telemetry.configure(Settings())\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PLANCAST_"))}
@@ -280,7 +279,7 @@ async def test_tracing_asked_for_without_the_extra_is_one_line(
 def test_a_tasks_trace_headers_are_untrusted_input() -> None:
     """A malformed ``traceparent`` (or an oversized ``tracestate``) from whoever published
     the task is ignored: the work gets a trace of its own, nothing raises."""
-    from runtime.telemetry_sdk import Tracing
+    from runtime.telemetry import Tracing
 
     exporter = InMemorySpanExporter()
     tracing = Tracing(exporter, capture=False)

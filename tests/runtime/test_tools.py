@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from runtime.errors import ToolArgumentsError, ToolError, UnknownTool
 from runtime.tools import (
+    EchoArgs,
     FunctionTool,
     HttpGetTool,
     MathTool,
@@ -31,12 +32,11 @@ from runtime.tools import (
     ToolRegistry,
     builtin_tools,
     echo_tool,
+    evaluate,
     sleep_tool,
     tool,
 )
 from runtime.tools import registry as registry_module
-from runtime.tools.demo import EchoArgs
-from runtime.tools.math_eval import evaluate
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from runtime.telemetry import export_run
 from runtime.testing import Rule
-from runtime.traces import export_run
 
 from ..actors.harness import echo, finish, plan_line, run_team
 from ..subprocesses import plancast

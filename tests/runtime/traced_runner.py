@@ -15,7 +15,7 @@ import anyio
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import telemetry
-from runtime.settings import Settings
+from runtime.config import Settings
 
 from ..durability import runner
 

@@ -1,0 +1,28 @@
+"""actor."""
+from .base import Actor as Actor
+from .base import Source as Source
+from .base import Subscription as Subscription
+from .base import WorkQueue as WorkQueue
+from .base import on as on
+from .handlers import HandlerTasks as HandlerTasks
+from .registry import discover_roles as discover_roles
+from .role import RoleActor as RoleActor
+from .role import RoleContext as RoleContext
+from .role import UnknownRole as UnknownRole
+from .role import build_actor as build_actor
+from .role import build_team_actors as build_team_actors
+
+__all__ = (
+    "Actor",
+    "HandlerTasks",
+    "RoleActor",
+    "RoleContext",
+    "Source",
+    "Subscription",
+    "UnknownRole",
+    "WorkQueue",
+    "build_actor",
+    "build_team_actors",
+    "discover_roles",
+    "on",
+)

@@ -1,0 +1,130 @@
+"""bus."""
+from .auth import ADMIN as ADMIN
+from .auth import CLIENT as CLIENT
+from .auth import CONF_FILE as CONF_FILE
+from .auth import WATCHER as WATCHER
+from .auth import grants as grants
+from .auth import read_creds as read_creds
+from .auth import write_auth as write_auth
+from .connect import NatsUnreachable as NatsUnreachable
+from .connect import connect as connect
+from .connect import open_bus as open_bus
+from .core import EXPECT_SEQ as EXPECT_SEQ
+from .core import FENCE_BUSY as FENCE_BUSY
+from .core import MAX_OBJECT_BYTES as MAX_OBJECT_BYTES
+from .core import RETRY_CAP as RETRY_CAP
+from .core import TRANSIENT as TRANSIENT
+from .core import UNCONFIRMED as UNCONFIRMED
+from .core import WRONG_LAST_SEQUENCE as WRONG_LAST_SEQUENCE
+from .core import Bus as Bus
+from .core import Fenced as Fenced
+from .core import ObjectRefused as ObjectRefused
+from .core import StorageFull as StorageFull
+from .core import Unsettled as Unsettled
+from .core import fence_headers as fence_headers
+from .core import nuid as nuid
+from .core import offloaded as offloaded
+from .delivery import Delivery as Delivery
+from .embedded import ENV_VAR as ENV_VAR
+from .embedded import NatsServerNotFound as NatsServerNotFound
+from .embedded import NatsServerProcess as NatsServerProcess
+from .embedded import NatsServerStartError as NatsServerStartError
+from .embedded import find_nats_server as find_nats_server
+from .embedded import free_port as free_port
+from .embedded import open_embedded_server as open_embedded_server
+from .embedded import start_cluster as start_cluster
+from .intake import PULL_CAP as PULL_CAP
+from .intake import Intake as Intake
+from .jetstream import acknowledged as acknowledged
+from .jetstream import outcome as outcome
+from .kv import WATCH_LINGER as WATCH_LINGER
+from .kv import current_values as current_values
+from .local import SECRET as SECRET
+from .local import URL as URL
+from .local import StoreInUse as StoreInUse
+from .local import holding as holding
+from .local import running as running
+from .local import secret_of as secret_of
+from .nats_client import header_block as header_block
+from .private_files import InsecureFile as InsecureFile
+from .private_files import private_dir as private_dir
+from .private_files import read_private as read_private
+from .private_files import write_private as write_private
+from .provision import ProvisionError as ProvisionError
+from .provision import Retry as Retry
+from .provision import provision as provision
+from .provision import provision_consumers as provision_consumers
+from .provision import stream_configs as stream_configs
+from .pull import ConsumerGone as ConsumerGone
+from .pull import Pull as Pull
+from .sources import Source as Source
+from .sources import Subscription as Subscription
+from .sources import WorkQueue as WorkQueue
+from .sources import consumer_config as consumer_config
+from .sources import on as on
+
+__all__ = (
+    "ADMIN",
+    "CLIENT",
+    "CONF_FILE",
+    "ENV_VAR",
+    "EXPECT_SEQ",
+    "FENCE_BUSY",
+    "MAX_OBJECT_BYTES",
+    "PULL_CAP",
+    "RETRY_CAP",
+    "SECRET",
+    "TRANSIENT",
+    "UNCONFIRMED",
+    "URL",
+    "WATCHER",
+    "WATCH_LINGER",
+    "WRONG_LAST_SEQUENCE",
+    "Bus",
+    "ConsumerGone",
+    "Delivery",
+    "Fenced",
+    "InsecureFile",
+    "Intake",
+    "NatsServerNotFound",
+    "NatsServerProcess",
+    "NatsServerStartError",
+    "NatsUnreachable",
+    "ObjectRefused",
+    "ProvisionError",
+    "Pull",
+    "Retry",
+    "Source",
+    "StorageFull",
+    "StoreInUse",
+    "Subscription",
+    "Unsettled",
+    "WorkQueue",
+    "acknowledged",
+    "connect",
+    "consumer_config",
+    "current_values",
+    "fence_headers",
+    "find_nats_server",
+    "free_port",
+    "grants",
+    "header_block",
+    "holding",
+    "nuid",
+    "offloaded",
+    "on",
+    "open_bus",
+    "open_embedded_server",
+    "outcome",
+    "private_dir",
+    "provision",
+    "provision_consumers",
+    "read_creds",
+    "read_private",
+    "running",
+    "secret_of",
+    "start_cluster",
+    "stream_configs",
+    "write_auth",
+    "write_private",
+)

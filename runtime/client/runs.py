@@ -1,0 +1,343 @@
+"""Submitting runs and following their events, for the CLI, tests and other programs.
+
+Both ride out what a NATS deployment does in normal life: a reply lost in a reconnect, a
+leader election, a server restart, a cluster node that dies with the consumer we read
+through. ``submit`` picks the run id itself, so sending a request again cannot start the
+run twice. ``follow`` reads the run's events through a consumer of its own and, when that
+consumer goes quiet or away, makes a new one from the stream sequence after the last event
+it read, so every event is yielded once and in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from typing import Any
+
+import anyio
+import msgspec
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import api
+from nats.js.errors import APIError, NotFoundError
+
+from protocols import (
+    TERMINAL_EVENTS,
+    ActorError,
+    RunAccepted,
+    RunCancel,
+    RunEvent,
+    RunRejected,
+    RunRequest,
+    RunResumed,
+    Stream,
+    Verb,
+    cancel_id,
+    new_run_id,
+    readable_events,
+    stored_events,
+    stream_name,
+)
+
+from ..bus import TRANSIENT, Bus
+from ..errors import PlancastError
+
+log = logging.getLogger(__name__)
+
+SUBMIT_ATTEMPT = 2.0
+"""Seconds the first submit attempt waits for a reply; each retry waits twice as long."""
+API_TIMEOUT = 2.0
+"""Seconds ``follow`` waits for JetStream to make its consumer before trying again."""
+HEARTBEAT = 1.0
+"""Seconds between the idle heartbeats of ``follow``'s consumer."""
+LOST_AFTER = 3.0
+"""Seconds without a message or a heartbeat after which ``follow``'s consumer is presumed
+lost (its server died or restarted) and made again."""
+STREAM_NOT_FOUND = 10059
+"""JetStream's error code for a stream that does not exist."""
+
+
+class RunNotAccepted(PlancastError):
+    """The planner refused the run, or no planner answered."""
+
+
+class RunRefused(RunNotAccepted):
+    """A planner answered ``run.rejected``: the request itself cannot run (the reason says
+    what to change), unlike no planner answering."""
+
+
+class RunStalled(PlancastError):
+    """A followed run published no event for longer than the caller's ``idle_timeout``."""
+
+
+
+async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
+    """Hand a goal to a planner; returns the planner's acceptance.
+
+    The request carries a run id (chosen here unless the caller set one), and a planner
+    answers "accepted" for a run id it already knows. So a request whose reply did not
+    come (a lost reply, a planner that died, a reconnect) is sent again, with a longer wait
+    each time, until ``timeout``. While no planner listens (workers still starting), it is
+    sent again too: nobody received it.
+    """
+    if request.run_id is None:
+        request = msgspec.structs.replace(request, run_id=new_run_id())
+    subj = bus.subject(Verb.RUN_SUBMIT)
+    deadline = anyio.current_time() + timeout
+    wait, sent, listening = SUBMIT_ATTEMPT, 0, False
+    while True:
+        left = deadline - anyio.current_time()
+        if left <= 0:
+            if not listening:
+                raise RunNotAccepted(
+                    f"no planner is listening on {subj}: start one with `plancast worker "
+                    "--role planner` (or `plancast up`)")
+            raise RunNotAccepted(
+                f"no planner answered on {subj} within {timeout:g}s ({sent} attempts); run "
+                f"{request.run_id} may still start: check with `plancast status`")
+        try:
+            sent += 1
+            reply = await bus.request(subj, request, RunAccepted | RunRejected | ActorError,
+                                      timeout=min(left, wait))
+            break
+        except NoRespondersError:
+            await anyio.sleep(min(0.2, left))
+        except TRANSIENT as exc:  # no reply in time, or the connection is reconnecting
+            listening = True
+            log.info("no answer to run %s yet (%s); sending it again", request.run_id,
+                     type(exc).__name__)
+            wait *= 2
+            if not isinstance(exc, TimeoutError):
+                await anyio.sleep(min(0.2, left))
+    if isinstance(reply, RunAccepted):
+        return reply
+    raise RunRefused(reply.reason)
+
+
+async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -> None:
+    """Ask the run's planner to stop it; it ends with ``run.failed`` (cause ``cancelled``).
+
+    Sent as the ``client`` user's outcome, stored before this returns; the id makes a
+    repeat harmless. A run that has ended already is not changed (its planner says so)."""
+    await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
+                              RunCancel(run_id=run_id, reason=reason, source=source),
+                              msg_id=cancel_id(run_id))
+
+
+class _Lost(Exception):
+    """``follow``'s consumer stopped delivering, or delivered out of order: make a new one."""
+
+
+class _Reader:
+    """One ephemeral push consumer of a run's events, from a stream sequence on.
+
+    Its own inbox, idle heartbeats (so a dead consumer is noticed), flow control and a
+    check that the consumer's delivery numbers have no gap (so nothing was skipped).
+    """
+
+    def __init__(self, bus: Bus, subject: str, stream: str) -> None:
+        self.bus, self.subject, self.stream = bus, subject, stream
+        self.sub: Subscription | None = None
+        self.consumer = ""
+        self.delivered = 0
+        self.last_heard = 0.0
+        self.reconnects = 0
+
+    async def open(self, start_seq: int) -> None:
+        nc = self.bus.nc
+        self.reconnects = int(nc.stats["reconnects"])
+        inbox = nc.new_inbox()
+        self.sub = await nc.subscribe(inbox)
+        config = api.ConsumerConfig(
+            deliver_subject=inbox, filter_subject=self.subject,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
+            ack_policy=api.AckPolicy.NONE, max_deliver=1, flow_control=True,
+            idle_heartbeat=HEARTBEAT, mem_storage=True, num_replicas=1,
+        )
+        info = await self.bus.js.add_consumer(self.stream, config=config, timeout=API_TIMEOUT)
+        self.consumer, self.delivered = info.name, 0
+        self.last_heard = anyio.current_time()
+
+    async def close(self, *, delete: bool) -> None:
+        """Stop listening; ``delete`` also removes the consumer (else the server reaps it
+        once it notices nobody listens)."""
+        sub, self.sub = self.sub, None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(Exception):
+            if sub is not None:
+                await sub.unsubscribe()
+            if delete and self.consumer and self.bus.nc.is_connected:
+                await self.bus.js.delete_consumer(self.stream, self.consumer)
+
+    async def next(self, wait: float) -> Msg | None:
+        """The next event message, or None if none came within ``wait`` seconds.
+
+        Raises ``_Lost`` when the consumer must be made again.
+        """
+        assert self.sub is not None
+        if self.bus.nc.stats["reconnects"] != self.reconnects:
+            raise _Lost("the connection was re-established")
+        try:
+            msg = _queued(self.sub) or await self.sub.next_msg(timeout=max(wait, 0.001))
+        except NatsTimeoutError:
+            if anyio.current_time() - self.last_heard > LOST_AFTER:
+                raise _Lost(f"no message or heartbeat for {LOST_AFTER:g}s") from None
+            return None
+        self.last_heard = anyio.current_time()
+        headers = msg.headers or {}
+        if status := headers.get(api.Header.STATUS):
+            await self._control(msg, status, headers)
+            return None
+        dseq = msg.metadata.sequence.consumer
+        if dseq != self.delivered + 1:
+            raise _Lost(f"delivery {dseq} after {self.delivered}")
+        self.delivered = dseq
+        return msg
+
+    async def _control(self, msg: Msg, status: str, headers: dict[str, str]) -> None:
+        if status != api.StatusCode.CONTROL_MESSAGE:
+            raise _Lost(f"status {status} {headers.get(api.Header.DESCRIPTION, '')}".strip())
+        if msg.reply:  # a flow control request: we have read everything before it
+            await self.bus.nc.publish(msg.reply)
+            return
+        if stalled := headers.get(api.Header.CONSUMER_STALLED):
+            await self.bus.nc.publish(stalled)
+        last = headers.get(api.Header.LAST_CONSUMER)
+        if last is not None and int(last) != self.delivered:
+            raise _Lost(f"the server delivered {last}, we received {self.delivered}")
+
+
+def _queued(sub: Any) -> Msg | None:
+    """A message already waiting in the subscription, taken without nats-py's ``next_msg``
+    (a UUID and two tasks per call: most of a watcher's cost per event when they come
+    fast); None when none waits (or nats-py keeps its queue elsewhere now)."""
+    queue = getattr(sub, "_pending_queue", None)
+    if queue is None or queue.empty():
+        return None
+    msg: Msg = queue.get_nowait()
+    sub._pending_size -= len(msg.data)
+    queue.task_done()
+    return msg
+
+
+async def follow(
+    bus: Bus, run_id: str, *, until_end: bool = True, idle_timeout: float | None = None,
+) -> AsyncIterator[RunEvent]:
+    """A run's events from the first, in sequence order, then live; stops after the last.
+
+    Events are numbered 1, 2, 3 ...; around a failover one may be stored after its
+    successor, or twice (it was sent again), so early ones wait here until the gap is
+    filled, and a repeated number is skipped. An event of a type this client does not know
+    (from a newer deployment) takes its number but is not yielded.
+
+    Timeouts, reconnects and the loss of the consumer are ridden out: reading resumes from
+    the stream sequence after the last message read. ``idle_timeout``: raise
+    ``RunStalled`` when no event arrives for that many seconds (None: wait as long as the
+    run lasts).
+    """
+    stream = stream_name(bus.prefix, Stream.EVENTS)
+    reader = _Reader(bus, bus.subject(Verb.EVENT, run_id), stream)
+    resume, expected, early = 1, 1, dict[int, RunEvent | None]()
+    last_event = anyio.current_time()
+    delay, missing_since = 0.1, None
+    try:
+        while True:
+            now = anyio.current_time()
+            if idle_timeout is not None and now - last_event > idle_timeout:
+                raise RunStalled(
+                    f"run {run_id} published no event for {idle_timeout:g}s (next expected: "
+                    f"event {expected}); check that its planner runs with `plancast status`")
+            wait = HEARTBEAT
+            if idle_timeout is not None:
+                wait = min(wait, last_event + idle_timeout - now)
+            try:
+                if reader.sub is None:
+                    await reader.open(resume)
+                    missing_since, delay = None, 0.1
+                msg = await reader.next(wait)
+                if msg is None:
+                    continue
+                try:
+                    data = await bus.resolve(msg.data)
+                except ValueError as exc:  # a reference refused, or not matching its digest
+                    log.warning("run %s: skipping an event that cannot be fetched (%s)",
+                                run_id, exc)
+                    data = b""  # skipped below, like any event that does not decode
+            except ConnectionClosedError:
+                raise
+            except Exception as exc:
+                if bus.nc.is_closed:
+                    raise
+                missing_since = _check_stream(exc, stream, bus, missing_since)
+                log.info("following run %s: %s; reading again from stream sequence %d",
+                         run_id, _describe(exc), resume)
+                await reader.close(delete=False)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            resume, last_event = msg.metadata.sequence.stream + 1, anyio.current_time()
+            for seq, event in stored_events(data, run_id):
+                if seq < expected:
+                    continue
+                early[seq] = event
+                if isinstance(event, RunResumed):  # numbers lost with the previous owner
+                    early |= {n: None for n in event.skipped if n >= expected
+                              and n not in early}
+            while expected in early:
+                ready = early.pop(expected)
+                expected += 1
+                if ready is None:
+                    continue
+                yield ready
+                if until_end and isinstance(ready, TERMINAL_EVENTS):
+                    return
+    finally:
+        await reader.close(delete=True)
+
+
+def _check_stream(exc: Exception, stream: str, bus: Bus, since: float | None) -> float | None:
+    """Tolerate a missing events stream for a while (a server still loading it); then say
+    what is wrong. Returns when it was first found missing, or None."""
+    if not (isinstance(exc, APIError) and exc.err_code == STREAM_NOT_FOUND):
+        return None
+    now = anyio.current_time()
+    since = now if since is None else since
+    if now - since > bus.settings.publish_retry_for:
+        raise PlancastError(
+            f"there is no stream {stream} on {bus.server_url}: start a worker for this "
+            "deployment or check --prefix / PLANCAST_PREFIX") from exc
+    return since
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, APIError):
+        return f"{exc.description or type(exc).__name__} (code {exc.code})"
+    return str(exc) or type(exc).__name__
+
+
+async def last_event(bus: Bus, run_id: str) -> RunEvent | None:
+    """The run's latest stored event, None if it has none: the log says a run has ended a
+    moment before its stored state does."""
+    stream = stream_name(bus.prefix, Stream.EVENTS)
+    try:
+        raw = await bus.js.get_last_msg(stream, bus.subject(Verb.EVENT, run_id))
+    except NotFoundError:
+        return None
+    events = readable_events(await bus.resolve(raw.data or b""), run_id)
+    # none: a newer kind of event; the run has not ended as far as we know
+    return events[-1] if events else None
+
+
+async def events_so_far(bus: Bus, run_id: str) -> list[RunEvent]:
+    """The run's events stored until now, from the first (it does not wait for more)."""
+    last = await last_event(bus, run_id)
+    if last is None:
+        return []
+    events = []
+    async for event in follow(bus, run_id):
+        events.append(event)
+        if event.seq >= last.seq:
+            break
+    return events

@@ -1,0 +1,42 @@
+"""config."""
+from .load import load_team as load_team
+from .load import team_from_dict as team_from_dict
+from .model import DIALECTS as DIALECTS
+from .model import ModelSettings as ModelSettings
+from .model import Structured as Structured
+from .role_options import RoleOption as RoleOption
+from .role_options import option_problems as option_problems
+from .settings import Settings as Settings
+from .subteams import is_team as is_team
+from .subteams import plan_roles as plan_roles
+from .subteams import request_problem as request_problem
+from .team import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from .team import MODEL_KINDS as MODEL_KINDS
+from .team import SERVICE_KINDS as SERVICE_KINDS
+from .team import TEAM_KIND as TEAM_KIND
+from .team import RoleConfig as RoleConfig
+from .team import TeamConfig as TeamConfig
+from .team import TeamConfigError as TeamConfigError
+from .team import default_max_tokens as default_max_tokens
+
+__all__ = (
+    "DEFAULT_MAX_TOKENS",
+    "DIALECTS",
+    "MODEL_KINDS",
+    "SERVICE_KINDS",
+    "TEAM_KIND",
+    "ModelSettings",
+    "RoleConfig",
+    "RoleOption",
+    "Settings",
+    "Structured",
+    "TeamConfig",
+    "TeamConfigError",
+    "default_max_tokens",
+    "is_team",
+    "load_team",
+    "option_problems",
+    "plan_roles",
+    "request_problem",
+    "team_from_dict",
+)

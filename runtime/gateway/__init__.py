@@ -1,0 +1,14 @@
+"""gateway."""
+from .access import TOKEN_FILE as TOKEN_FILE
+from .access import Access as Access
+from .access import GatewayAccessError as GatewayAccessError
+from .access import gateway_token as gateway_token
+from .app import gateway as gateway
+
+__all__ = (
+    "TOKEN_FILE",
+    "Access",
+    "GatewayAccessError",
+    "gateway",
+    "gateway_token",
+)

@@ -1,0 +1,78 @@
+"""models."""
+from .chat_stream import SseEvents as SseEvents
+from .chat_stream import decode_chunk as decode_chunk
+from .client import ROLE_HEADER as ROLE_HEADER
+from .client import ChatMessage as ChatMessage
+from .client import LineStream as LineStream
+from .client import ModelClient as ModelClient
+from .client import split_lines as split_lines
+from .grammar.gbnf import Alt as Alt
+from .grammar.gbnf import Chars as Chars
+from .grammar.gbnf import Expr as Expr
+from .grammar.gbnf import Lit as Lit
+from .grammar.gbnf import Ref as Ref
+from .grammar.gbnf import Rep as Rep
+from .grammar.gbnf import Seq as Seq
+from .grammar.gbnf import render as render
+from .grammar.plan import MAX_CONSTRAINED_STEPS as MAX_CONSTRAINED_STEPS
+from .grammar.plan import TEXT_CHARS as TEXT_CHARS
+from .grammar.plan import PlanShape as PlanShape
+from .grammar.plan import RoleTools as RoleTools
+from .grammar.plan import plan_grammar as plan_grammar
+from .grammar.plan import plan_shape as plan_shape
+from .grammar.plan_schema import drop_nulls as drop_nulls
+from .grammar.plan_schema import plan_schema as plan_schema
+from .grammar.plan_schema import strict_object as strict_object
+from .json_stream import StepArrayReader as StepArrayReader
+from .llama_server import DEFAULT_ALIAS as DEFAULT_ALIAS
+from .llama_server import INSTALL_HINT as INSTALL_HINT
+from .llama_server import N_CTX as N_CTX
+from .llama_server import LlamaServer as LlamaServer
+from .llama_server import LocalModelStartError as LocalModelStartError
+from .llama_server import missing_packages as missing_packages
+from .structured import Constraint as Constraint
+from .structured import answer_constraint as answer_constraint
+from .structured import plan_constraint as plan_constraint
+from .structured import refusal as refusal
+from .token_estimate import estimate_messages as estimate_messages
+from .token_estimate import estimate_text as estimate_text
+
+__all__ = (
+    "DEFAULT_ALIAS",
+    "INSTALL_HINT",
+    "MAX_CONSTRAINED_STEPS",
+    "N_CTX",
+    "ROLE_HEADER",
+    "TEXT_CHARS",
+    "Alt",
+    "Chars",
+    "ChatMessage",
+    "Constraint",
+    "Expr",
+    "LineStream",
+    "Lit",
+    "LlamaServer",
+    "LocalModelStartError",
+    "ModelClient",
+    "PlanShape",
+    "Ref",
+    "Rep",
+    "RoleTools",
+    "Seq",
+    "SseEvents",
+    "StepArrayReader",
+    "answer_constraint",
+    "decode_chunk",
+    "drop_nulls",
+    "estimate_messages",
+    "estimate_text",
+    "missing_packages",
+    "plan_constraint",
+    "plan_grammar",
+    "plan_schema",
+    "plan_shape",
+    "refusal",
+    "render",
+    "split_lines",
+    "strict_object",
+)

@@ -1,0 +1,26 @@
+"""worker."""
+from .loop import backend_options as backend_options
+from .loop import tune_gc as tune_gc
+from .process import open_deployment as open_deployment
+from .process import serve_actors as serve_actors
+from .supervisor import ChildExited as ChildExited
+from .supervisor import ChildSpec as ChildSpec
+from .supervisor import Restart as Restart
+from .supervisor import Strategy as Strategy
+from .supervisor import Supervisor as Supervisor
+from .supervisor import SupervisorEscalation as SupervisorEscalation
+from .supervisor import process_child as process_child
+
+__all__ = (
+    "ChildExited",
+    "ChildSpec",
+    "Restart",
+    "Strategy",
+    "Supervisor",
+    "SupervisorEscalation",
+    "backend_options",
+    "open_deployment",
+    "process_child",
+    "serve_actors",
+    "tune_gc",
+)
