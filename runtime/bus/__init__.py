@@ -46,6 +46,14 @@ from .local import holding as holding
 from .local import running as running
 from .local import secret_of as secret_of
 from .nats_client import header_block as header_block
+from .nats_errors import APIError as APIError
+from .nats_errors import BucketNotFoundError as BucketNotFoundError
+from .nats_errors import ConnectionClosedError as ConnectionClosedError
+from .nats_errors import KeyNotFoundError as KeyNotFoundError
+from .nats_errors import KeyWrongLastSequenceError as KeyWrongLastSequenceError
+from .nats_errors import NatsError as NatsError
+from .nats_errors import NoRespondersError as NoRespondersError
+from .nats_errors import NotFoundError as NotFoundError
 from .private_files import InsecureFile as InsecureFile
 from .private_files import private_dir as private_dir
 from .private_files import read_private as read_private
@@ -62,6 +70,11 @@ from .sources import Subscription as Subscription
 from .sources import WorkQueue as WorkQueue
 from .sources import consumer_config as consumer_config
 from .sources import on as on
+from .stream_reader import HEARTBEAT as HEARTBEAT
+from .stream_reader import ReaderLost as ReaderLost
+from .stream_reader import StreamReader as StreamReader
+from .stream_reader import describe as describe
+from .stream_reader import stream_missing as stream_missing
 
 __all__ = (
     "ADMIN",
@@ -70,6 +83,7 @@ __all__ = (
     "ENV_VAR",
     "EXPECT_SEQ",
     "FENCE_BUSY",
+    "HEARTBEAT",
     "MAX_OBJECT_BYTES",
     "PULL_CAP",
     "RETRY_CAP",
@@ -80,23 +94,33 @@ __all__ = (
     "WATCHER",
     "WATCH_LINGER",
     "WRONG_LAST_SEQUENCE",
+    "APIError",
+    "BucketNotFoundError",
     "Bus",
+    "ConnectionClosedError",
     "ConsumerGone",
     "Delivery",
     "Fenced",
     "InsecureFile",
     "Intake",
+    "KeyNotFoundError",
+    "KeyWrongLastSequenceError",
+    "NatsError",
     "NatsServerNotFound",
     "NatsServerProcess",
     "NatsServerStartError",
     "NatsUnreachable",
+    "NoRespondersError",
+    "NotFoundError",
     "ObjectRefused",
     "ProvisionError",
     "Pull",
+    "ReaderLost",
     "Retry",
     "Source",
     "StorageFull",
     "StoreInUse",
+    "StreamReader",
     "Subscription",
     "Unsettled",
     "WorkQueue",
@@ -104,6 +128,7 @@ __all__ = (
     "connect",
     "consumer_config",
     "current_values",
+    "describe",
     "fence_headers",
     "find_nats_server",
     "free_port",
@@ -125,6 +150,7 @@ __all__ = (
     "secret_of",
     "start_cluster",
     "stream_configs",
+    "stream_missing",
     "write_auth",
     "write_private",
 )

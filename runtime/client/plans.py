@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from protocols import (
     RunFailed,
@@ -31,7 +30,7 @@ from protocols import (
 )
 from protocols.codec import UNREADABLE
 
-from ..bus import Bus, current_values
+from ..bus import BucketNotFoundError, Bus, KeyNotFoundError, current_values
 from ..config import TeamConfig
 from ..dag import Scheduler
 from ..errors import PlancastError, PlanValidationError

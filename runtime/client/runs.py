@@ -12,17 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import suppress
-from typing import Any
 
 import anyio
 import msgspec
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.errors import ConnectionClosedError, NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js import api
-from nats.js.errors import APIError, NotFoundError
 
 from protocols import (
     TERMINAL_EVENTS,
@@ -42,22 +34,23 @@ from protocols import (
     stream_name,
 )
 
-from ..bus import TRANSIENT, Bus
+from ..bus import (
+    HEARTBEAT,
+    TRANSIENT,
+    Bus,
+    ConnectionClosedError,
+    NoRespondersError,
+    NotFoundError,
+    StreamReader,
+    describe,
+    stream_missing,
+)
 from ..errors import PlancastError
 
 log = logging.getLogger(__name__)
 
 SUBMIT_ATTEMPT = 2.0
 """Seconds the first submit attempt waits for a reply; each retry waits twice as long."""
-API_TIMEOUT = 2.0
-"""Seconds ``follow`` waits for JetStream to make its consumer before trying again."""
-HEARTBEAT = 1.0
-"""Seconds between the idle heartbeats of ``follow``'s consumer."""
-LOST_AFTER = 3.0
-"""Seconds without a message or a heartbeat after which ``follow``'s consumer is presumed
-lost (its server died or restarted) and made again."""
-STREAM_NOT_FOUND = 10059
-"""JetStream's error code for a stream that does not exist."""
 
 
 class RunNotAccepted(PlancastError):
@@ -127,101 +120,6 @@ async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -
                               msg_id=cancel_id(run_id))
 
 
-class _Lost(Exception):
-    """``follow``'s consumer stopped delivering, or delivered out of order: make a new one."""
-
-
-class _Reader:
-    """One ephemeral push consumer of a run's events, from a stream sequence on.
-
-    Its own inbox, idle heartbeats (so a dead consumer is noticed), flow control and a
-    check that the consumer's delivery numbers have no gap (so nothing was skipped).
-    """
-
-    def __init__(self, bus: Bus, subject: str, stream: str) -> None:
-        self.bus, self.subject, self.stream = bus, subject, stream
-        self.sub: Subscription | None = None
-        self.consumer = ""
-        self.delivered = 0
-        self.last_heard = 0.0
-        self.reconnects = 0
-
-    async def open(self, start_seq: int) -> None:
-        nc = self.bus.nc
-        self.reconnects = int(nc.stats["reconnects"])
-        inbox = nc.new_inbox()
-        self.sub = await nc.subscribe(inbox)
-        config = api.ConsumerConfig(
-            deliver_subject=inbox, filter_subject=self.subject,
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
-            ack_policy=api.AckPolicy.NONE, max_deliver=1, flow_control=True,
-            idle_heartbeat=HEARTBEAT, mem_storage=True, num_replicas=1,
-        )
-        info = await self.bus.js.add_consumer(self.stream, config=config, timeout=API_TIMEOUT)
-        self.consumer, self.delivered = info.name, 0
-        self.last_heard = anyio.current_time()
-
-    async def close(self, *, delete: bool) -> None:
-        """Stop listening; ``delete`` also removes the consumer (else the server reaps it
-        once it notices nobody listens)."""
-        sub, self.sub = self.sub, None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(Exception):
-            if sub is not None:
-                await sub.unsubscribe()
-            if delete and self.consumer and self.bus.nc.is_connected:
-                await self.bus.js.delete_consumer(self.stream, self.consumer)
-
-    async def next(self, wait: float) -> Msg | None:
-        """The next event message, or None if none came within ``wait`` seconds.
-
-        Raises ``_Lost`` when the consumer must be made again.
-        """
-        assert self.sub is not None
-        if self.bus.nc.stats["reconnects"] != self.reconnects:
-            raise _Lost("the connection was re-established")
-        try:
-            msg = _queued(self.sub) or await self.sub.next_msg(timeout=max(wait, 0.001))
-        except NatsTimeoutError:
-            if anyio.current_time() - self.last_heard > LOST_AFTER:
-                raise _Lost(f"no message or heartbeat for {LOST_AFTER:g}s") from None
-            return None
-        self.last_heard = anyio.current_time()
-        headers = msg.headers or {}
-        if status := headers.get(api.Header.STATUS):
-            await self._control(msg, status, headers)
-            return None
-        dseq = msg.metadata.sequence.consumer
-        if dseq != self.delivered + 1:
-            raise _Lost(f"delivery {dseq} after {self.delivered}")
-        self.delivered = dseq
-        return msg
-
-    async def _control(self, msg: Msg, status: str, headers: dict[str, str]) -> None:
-        if status != api.StatusCode.CONTROL_MESSAGE:
-            raise _Lost(f"status {status} {headers.get(api.Header.DESCRIPTION, '')}".strip())
-        if msg.reply:  # a flow control request: we have read everything before it
-            await self.bus.nc.publish(msg.reply)
-            return
-        if stalled := headers.get(api.Header.CONSUMER_STALLED):
-            await self.bus.nc.publish(stalled)
-        last = headers.get(api.Header.LAST_CONSUMER)
-        if last is not None and int(last) != self.delivered:
-            raise _Lost(f"the server delivered {last}, we received {self.delivered}")
-
-
-def _queued(sub: Any) -> Msg | None:
-    """A message already waiting in the subscription, taken without nats-py's ``next_msg``
-    (a UUID and two tasks per call: most of a watcher's cost per event when they come
-    fast); None when none waits (or nats-py keeps its queue elsewhere now)."""
-    queue = getattr(sub, "_pending_queue", None)
-    if queue is None or queue.empty():
-        return None
-    msg: Msg = queue.get_nowait()
-    sub._pending_size -= len(msg.data)
-    queue.task_done()
-    return msg
-
-
 async def follow(
     bus: Bus, run_id: str, *, until_end: bool = True, idle_timeout: float | None = None,
 ) -> AsyncIterator[RunEvent]:
@@ -238,7 +136,7 @@ async def follow(
     run lasts).
     """
     stream = stream_name(bus.prefix, Stream.EVENTS)
-    reader = _Reader(bus, bus.subject(Verb.EVENT, run_id), stream)
+    reader = StreamReader(bus, bus.subject(Verb.EVENT, run_id), stream)
     resume, expected, early = 1, 1, dict[int, RunEvent | None]()
     last_event = anyio.current_time()
     delay, missing_since = 0.1, None
@@ -272,7 +170,7 @@ async def follow(
                     raise
                 missing_since = _check_stream(exc, stream, bus, missing_since)
                 log.info("following run %s: %s; reading again from stream sequence %d",
-                         run_id, _describe(exc), resume)
+                         run_id, describe(exc), resume)
                 await reader.close(delete=False)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -300,7 +198,7 @@ async def follow(
 def _check_stream(exc: Exception, stream: str, bus: Bus, since: float | None) -> float | None:
     """Tolerate a missing events stream for a while (a server still loading it); then say
     what is wrong. Returns when it was first found missing, or None."""
-    if not (isinstance(exc, APIError) and exc.err_code == STREAM_NOT_FOUND):
+    if not stream_missing(exc):
         return None
     now = anyio.current_time()
     since = now if since is None else since
@@ -309,12 +207,6 @@ def _check_stream(exc: Exception, stream: str, bus: Bus, since: float | None) ->
             f"there is no stream {stream} on {bus.server_url}: start a worker for this "
             "deployment or check --prefix / PLANCAST_PREFIX") from exc
     return since
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, APIError):
-        return f"{exc.description or type(exc).__name__} (code {exc.code})"
-    return str(exc) or type(exc).__name__
 
 
 async def last_event(bus: Bus, run_id: str) -> RunEvent | None:

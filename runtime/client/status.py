@@ -12,7 +12,6 @@ import time
 
 import anyio
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -30,7 +29,7 @@ from protocols import (
 )
 from protocols.codec import UNREADABLE
 
-from ..bus import Bus, current_values
+from ..bus import BucketNotFoundError, Bus, KeyNotFoundError, NotFoundError, current_values
 
 log = logging.getLogger(__name__)
 
