@@ -36,6 +36,7 @@ from protocols import (
     subject,
 )
 from runtime.bus import Bus
+from runtime.cli import RunView
 from runtime.client import follow, submit
 from runtime.nonces import Nonces
 from runtime.process import open_deployment
@@ -49,7 +50,6 @@ from runtime.testing import (
     open_scripted_model_server,
 )
 from runtime.tools import ToolRegistry, builtin_tools
-from runtime.view import RunView
 
 from ..invariants import event_log_violations
 

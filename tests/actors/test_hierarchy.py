@@ -28,6 +28,7 @@ from protocols import (
     child_run_id,
 )
 from runtime.bus import Bus
+from runtime.cli import RunView
 from runtime.client import RunNotAccepted, cancel, follow, submit
 from runtime.plan_constraint import plan_shape
 from runtime.process import open_deployment
@@ -36,7 +37,6 @@ from runtime.team import TeamConfigError, team_from_dict
 from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 from runtime.tree import follow_tree
-from runtime.view import RunView
 
 from .harness import RUN_TIMEOUT, check_sequence, echo, finish, last_user_message, make_team
 from .harness import plan_line as line

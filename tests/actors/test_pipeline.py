@@ -33,13 +33,13 @@ from protocols import (
     StepStarted,
     UsageRecorded,
 )
+from runtime.cli import RunView
 from runtime.client import follow, submit
 from runtime.connection import open_bus
 from runtime.process import open_deployment
 from runtime.settings import Settings
 from runtime.testing import Latency, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
-from runtime.view import RunView
 
 from .harness import (
     RUN_TIMEOUT,

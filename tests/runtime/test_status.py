@@ -24,10 +24,11 @@ from protocols import RunRecord, RunRequest, Step, StepRecord, Verb, encode, run
 from protocols.state import StepStatus
 from runtime.actor import Actor, Source, Subscription, on
 from runtime.bus import Bus
+from runtime.cli import render_status
 from runtime.connection import open_bus
 from runtime.delivery import Delivery
 from runtime.settings import Settings
-from runtime.status import DeploymentStatus, collect_runs, collect_status, render_status, run_status
+from runtime.status import DeploymentStatus, collect_runs, collect_status, run_status
 
 pytestmark = pytest.mark.anyio
 

