@@ -140,29 +140,6 @@ def local_deployment(settings: Settings) -> Settings:
     return settings.model_copy(update={"nats_url": url, "token": secret})
 
 
-Needs = Literal["deployment", "server", "any"]
-"""What a command talks to: a running ``deployment`` (``--nats`` or the local one), a
-``server`` named by ``--nats`` (the admin's commands), or ``any`` (else it starts its own)."""
-
-
-def begin(connection: Connection, verbose: bool, command: str, *,
-          needs: Needs = "deployment", quiet: bool = True) -> Started:
-    """The preamble of a command that talks to NATS: log lines, settings, the deployment.
-    What it cannot find is one line naming the command, and exit 2."""
-    setup_logging(verbose, quiet=quiet)
-    settings = build_settings(connection)
-    if needs != "server":
-        settings = local_deployment(settings)
-    if not settings.nats_url and needs == "deployment":
-        print_error(f"plancast {command} needs a running deployment: pass --nats URL or set "
-                    "NATS_URL, or start one here with `plancast up`")
-        raise typer.Exit(2)
-    if not settings.nats_url and needs == "server":
-        print_error(f"plancast {command} needs a server: pass --nats URL or set NATS_URL")
-        raise typer.Exit(2)
-    return Started(settings, verbose)
-
-
 @dataclass(frozen=True)
 class Started:
     """A command past its preamble: its settings, and how its async part runs and ends."""
@@ -185,6 +162,29 @@ class Started:
                 return await work(bus)
 
         self.run(main)
+
+
+Needs = Literal["deployment", "server", "any"]
+"""What a command talks to: a running ``deployment`` (``--nats`` or the local one), a
+``server`` named by ``--nats`` (the admin's commands), or ``any`` (else it starts its own)."""
+
+
+def begin(connection: Connection, verbose: bool, command: str, *,
+          needs: Needs = "deployment", quiet: bool = True) -> Started:
+    """The preamble of a command that talks to NATS: log lines, settings, the deployment.
+    What it cannot find is one line naming the command, and exit 2."""
+    setup_logging(verbose, quiet=quiet)
+    settings = build_settings(connection)
+    if needs != "server":
+        settings = local_deployment(settings)
+    if not settings.nats_url and needs == "deployment":
+        print_error(f"plancast {command} needs a running deployment: pass --nats URL or set "
+                    "NATS_URL, or start one here with `plancast up`")
+        raise typer.Exit(2)
+    if not settings.nats_url and needs == "server":
+        print_error(f"plancast {command} needs a server: pass --nats URL or set NATS_URL")
+        raise typer.Exit(2)
+    return Started(settings, verbose)
 
 
 def _expected(exc: BaseException) -> BaseException | None:
