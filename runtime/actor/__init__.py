@@ -5,6 +5,7 @@ from .base import Subscription as Subscription
 from .base import WorkQueue as WorkQueue
 from .base import on as on
 from .handlers import HandlerTasks as HandlerTasks
+from .registry import RoleEntry as RoleEntry
 from .registry import discover_roles as discover_roles
 from .role import RoleActor as RoleActor
 from .role import RoleContext as RoleContext
@@ -17,6 +18,7 @@ __all__ = (
     "HandlerTasks",
     "RoleActor",
     "RoleContext",
+    "RoleEntry",
     "Source",
     "Subscription",
     "UnknownRole",

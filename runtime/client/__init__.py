@@ -27,11 +27,10 @@ from .runs import last_event as last_event
 from .runs import submit as submit
 from .status import HEARTBEAT_WINDOWS as HEARTBEAT_WINDOWS
 from .status import DeploymentStatus as DeploymentStatus
+from .status import RunStatus as RunStatus
 from .status import collect_runs as collect_runs
 from .status import collect_status as collect_status
 from .status import read_run as read_run
-from .status import render_runs as render_runs
-from .status import render_status as render_status
 from .status import run_status as run_status
 from .tree import follow_tree as follow_tree
 
@@ -43,6 +42,7 @@ __all__ = (
     "RunNotAccepted",
     "RunRefused",
     "RunStalled",
+    "RunStatus",
     "awaiting_plan",
     "awaiting_steps",
     "cancel",
@@ -64,8 +64,6 @@ __all__ = (
     "plan_awaiting",
     "plan_of_run",
     "read_run",
-    "render_runs",
-    "render_status",
     "run_status",
     "store_plan",
     "stored_plan",

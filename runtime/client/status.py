@@ -1,5 +1,5 @@
 """What a deployment is doing right now: its live actors (from their heartbeats) and its
-active runs (from the run-state KV bucket). ``plancast status`` prints it.
+active runs (from the run-state KV bucket), as data: ``plancast status`` prints it.
 
 Collection only reads: it subscribes to heartbeats for a short while and watches the
 bucket's latest values, and never creates a stream or a bucket.
@@ -12,9 +12,6 @@ import time
 
 import anyio
 import msgspec
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from protocols import (
     Heartbeat,
@@ -193,72 +190,3 @@ async def collect_status(bus: Bus, *, wait: float | None = None) -> DeploymentSt
         wait = HEARTBEAT_WINDOWS * bus.settings.heartbeat_interval
     runs = await collect_runs(bus)
     return DeploymentStatus(actors=await collect_actors(bus, wait), runs=runs)
-
-
-# -- rendering -------------------------------------------------------------------------
-
-
-def render_status(status: DeploymentStatus, console: Console, *, wait: float) -> None:
-    """Print the two tables people read."""
-    if status.actors:
-        actors = Table(title=f"live actors ({len(status.actors)})")
-        for column in ("role", "instance", "host", "pid", "in flight", "handled",
-                       "last beat", "restarts", "draining"):
-            actors.add_column(column)
-        for a in status.actors:
-            actors.add_row(
-                a.role, a.instance, a.host, str(a.pid), ", ".join(a.in_flight) or "-",
-                str(a.handled), f"{_duration(a.last_heartbeat_age)} ago",
-                str(a.restarts) if not a.restarts else f"[yellow]{a.restarts}[/]",
-                "[yellow]yes[/]" if a.draining else "no",
-            )
-        console.print(actors)
-    else:
-        console.print(f"[yellow]no live actors[/]: no heartbeat within {wait:g}s")
-    if status.runs:
-        render_runs(status.runs, console, title=f"active runs ({len(status.runs)})",
-                    active=True)
-    else:
-        console.print("no active runs")
-
-
-STATUS_STYLE = {"finished": "green", "failed": "red", "active": "yellow"}
-
-
-def render_runs(runs: list[RunStatus], console: Console, *, title: str,
-                active: bool = False) -> None:
-    """One row per run. ``active`` (``plancast status``): each run's owner and lease; else
-    (``plancast runs``): each run's status."""
-    table = Table(title=title)
-    # Ids are there to copy: never cut; the goal and the owner wrap instead.
-    table.add_column("run", no_wrap=True, min_width=max(len(r.run_id) for r in runs))
-    table.add_column("goal")
-    if active:
-        table.add_column("owner", overflow="fold")
-    for column in ("lease",) if active else ("status",):
-        table.add_column(column, no_wrap=True)
-    for column in ("steps", "tokens", "age"):
-        table.add_column(column, no_wrap=True, min_width=len(column))
-    for r in runs:
-        if active:
-            middle = [escape(r.owner or "-"), _duration(r.lease_remaining)
-                      if r.lease_remaining >= 0 else
-                      f"[red]lapsed {_duration(-r.lease_remaining)} ago[/]"]
-        else:
-            middle = [f"[{STATUS_STYLE.get(r.status, 'white')}]{escape(r.status)}[/]"]
-        table.add_row(escape(r.run_id), escape(_shorten(r.goal, 32)), *middle,
-                      f"{r.steps_done}/{r.steps_total}", str(r.tokens), _duration(r.age))
-    console.print(table)
-
-
-def _shorten(text: str, width: int = 48) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"

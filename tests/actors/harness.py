@@ -36,12 +36,12 @@ from protocols import (
     subject,
 )
 from runtime.bus import Bus
+from runtime.cli import RunView
 from runtime.client import follow, submit
 from runtime.config import Settings, TeamConfig, team_from_dict
 from runtime.nonces import Nonces
 from runtime.testing import RecordedRequest, Rejection, Rule, Scenario, open_scripted_model_server
 from runtime.tools import ToolRegistry, builtin_tools
-from runtime.view import RunView
 from runtime.worker import open_deployment
 
 from ..invariants import event_log_violations

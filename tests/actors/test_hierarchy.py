@@ -28,12 +28,12 @@ from protocols import (
     child_run_id,
 )
 from runtime.bus import Bus
+from runtime.cli import RunView
 from runtime.client import RunNotAccepted, cancel, follow, follow_tree, submit
 from runtime.config import Settings, TeamConfigError, team_from_dict
 from runtime.models import plan_shape
 from runtime.testing import RecordedRequest, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
-from runtime.view import RunView
 from runtime.worker import open_deployment
 
 from .harness import RUN_TIMEOUT, check_sequence, echo, finish, last_user_message, make_team

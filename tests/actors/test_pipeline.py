@@ -34,11 +34,11 @@ from protocols import (
     UsageRecorded,
 )
 from runtime.bus import open_bus
+from runtime.cli import RunView
 from runtime.client import follow, submit
 from runtime.config import Settings
 from runtime.testing import Latency, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
-from runtime.view import RunView
 from runtime.worker import open_deployment
 
 from .harness import (

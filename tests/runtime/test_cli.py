@@ -247,11 +247,11 @@ def test_a_role_of_a_broken_plugin_is_skipped_with_a_clear_error(
 
 
 def test_log_lines_never_send_control_characters_to_the_terminal() -> None:
-    from runtime.cli_setup import _Printable
+    from runtime.cli import PrintableLogFilter
 
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "refused %s", (
         "\x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]",), None)
-    assert _Printable().filter(record)
+    assert PrintableLogFilter().filter(record)
     assert record.getMessage() == r"refused \x1b]0;pwned\x07 \x1b[31mred\x1b[0m [bold]kept[/bold]"
 
 

@@ -24,7 +24,8 @@ from protocols import RunRecord, RunRequest, Step, StepRecord, Verb, encode, run
 from protocols.state import StepStatus
 from runtime.actor import Actor, Source, Subscription, on
 from runtime.bus import Bus, Delivery, open_bus
-from runtime.client import DeploymentStatus, collect_runs, collect_status, render_status, run_status
+from runtime.cli import render_status
+from runtime.client import DeploymentStatus, collect_runs, collect_status, run_status
 from runtime.config import Settings
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ from protocols import (
     StepPlanned,
     WorkFailed,
 )
-from runtime.view import RunView
+from runtime.cli import RunView
 
 
 def planned(seq: int, step_id: int, depends_on: tuple[int, ...] = ()) -> StepPlanned:

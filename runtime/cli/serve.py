@@ -8,14 +8,13 @@ from typing import Annotated
 
 import typer
 
-from .bus import open_bus
-from .cli import ConnectTimeoutOpt, CredsOpt, NatsOpt, PrefixOpt, VerboseOpt, _run_async, app
-from .cli_runs import _deployment, _known_run
-from .cli_setup import build_settings, err_console, print_error, setup_logging
-from .client import follow
+from ..bus import Bus
+from ..client import follow
+from .options import Connection, VerboseOpt, begin, connection_flags, known_run
+from .terminal import err_console, print_error
 
 
-@app.command()
+@connection_flags()
 def serve(
     host: Annotated[str, typer.Option(
         help="Address to listen on: loopback unless you name another (0.0.0.0: every "
@@ -27,25 +26,23 @@ def serve(
     allow_host: Annotated[list[str] | None, typer.Option(
         help="A host name the gateway answers to besides localhost, IP addresses and "
              "--host, e.g. the machine's name (repeatable).")] = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve the HTTP gateway: submit runs, list them, stream their events (SSE).
 
     Every request but the dashboard page needs the token it prints at start."""
-    setup_logging(verbose, quiet=True)
     try:
         import uvicorn
 
-        from .gateway import TOKEN_FILE, Access, GatewayAccessError, gateway, gateway_token
+        from ..gateway import TOKEN_FILE, Access, GatewayAccessError, gateway, gateway_token
     except ImportError as exc:
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
         raise typer.Exit(2) from None
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "serve")
+    command = begin(connection, verbose, "serve")
+    settings = command.settings
     try:
         token = gateway_token(settings.data_dir, settings.gateway_token)
         access = Access.of(token, bound=host, origins=allow_origin or (),
@@ -54,30 +51,29 @@ def serve(
         print_error(f"plancast serve: {exc}")
         raise typer.Exit(2) from None
 
-    async def main() -> int:
+    async def serve_gateway(bus: Bus) -> int:
         # Connected before serving: an unreachable NATS is one line, not a failed start-up.
-        async with open_bus(settings, ensure_streams=False) as bus:
-            config = uvicorn.Config(gateway(bus, access), host=host, port=port,
-                                    lifespan="off", log_level="debug" if verbose else "warning")
-            base = f"http://{_url_host(host)}:{port}"
-            kept = ("from PLANCAST_GATEWAY_TOKEN" if settings.gateway_token
-                    else f"kept in {settings.data_dir / TOKEN_FILE}")
+        config = uvicorn.Config(gateway(bus, access), host=host, port=port,
+                                lifespan="off", log_level="debug" if verbose else "warning")
+        base = f"http://{_url_host(host)}:{port}"
+        kept = ("from PLANCAST_GATEWAY_TOKEN" if settings.gateway_token
+                else f"kept in {settings.data_dir / TOKEN_FILE}")
+        err_console.print(
+            f"gateway for {settings.nats_url} (prefix {settings.prefix}) on {base}; "
+            f"OpenAPI at /openapi.json\n"
+            f"dashboard: {base}/?token={token}\n"
+            f"API clients send `Authorization: Bearer <token>` (the token {kept})",
+            markup=False, highlight=False, soft_wrap=True)
+        if not _loopback(host):
             err_console.print(
-                f"gateway for {settings.nats_url} (prefix {settings.prefix}) on {base}; "
-                f"OpenAPI at /openapi.json\n"
-                f"dashboard: {base}/?token={token}\n"
-                f"API clients send `Authorization: Bearer <token>` (the token {kept})",
+                f"warning: listening on {host}, beyond this machine: anyone who can "
+                "reach it and holds the token may run code on your team; the token "
+                "travels in plain HTTP unless a TLS proxy is in front",
                 markup=False, highlight=False, soft_wrap=True)
-            if not _loopback(host):
-                err_console.print(
-                    f"warning: listening on {host}, beyond this machine: anyone who can "
-                    "reach it and holds the token may run code on your team; the token "
-                    "travels in plain HTTP unless a TLS proxy is in front",
-                    markup=False, highlight=False, soft_wrap=True)
-            await uvicorn.Server(config).serve()
+        await uvicorn.Server(config).serve()
         return 0
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(serve_gateway)
 
 
 def _loopback(host: str) -> bool:
@@ -96,27 +92,24 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-@app.command()
+@connection_flags()
 def trace(
     run_id: Annotated[str, typer.Argument(help="The run to export (see `plancast runs`).")],
     otlp: Annotated[str | None, typer.Option(
         envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         help="OTLP/HTTP traces endpoint, e.g. http://localhost:4318/v1/traces.")] = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Send a run's trace (once it has ended) to an OpenTelemetry collector."""
-    setup_logging(verbose, quiet=True)
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        from .telemetry import export_run
+        from ..telemetry import export_run
     except ImportError as exc:
         print_error(f"plancast trace needs the otel extra ({exc.name} is missing): "
                     "pip install 'plancast[otel]'")
@@ -125,13 +118,12 @@ def trace(
         print_error("no collector: pass --otlp http://host:4318/v1/traces (or set "
                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)")
         raise typer.Exit(2)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "trace")
+    command = begin(connection, verbose, "trace")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            if not await _known_run(bus, run_id):
-                return 2
-            events = [event async for event in follow(bus, run_id)]
+    async def export(bus: Bus) -> int:
+        if not await known_run(bus, run_id):
+            return 2
+        events = [event async for event in follow(bus, run_id)]
         exporter = OTLPSpanExporter(endpoint=otlp, timeout=10)
         provider = TracerProvider(resource=Resource.create({"service.name": "plancast"}))
         provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -141,4 +133,4 @@ def trace(
                           highlight=False, soft_wrap=True)
         return 0
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(export)

@@ -21,29 +21,29 @@ from rich.live import Live
 
 from protocols import RunEvent, RunFailed, RunFinished, RunRequest, SavedPlan, encode
 
-from .bus import Bus, open_bus
-from .cli import (
-    ConnectTimeoutOpt,
-    CredsOpt,
+from ..bus import Bus, open_bus
+from ..client import cancel, collect_runs, follow, follow_tree, plans, submit
+from ..config import Settings
+from ..errors import PlanValidationError
+from ..testing import load_scenario, open_scripted_model_server
+from ..tools import builtin_tools, find_bwrap
+from ..worker import open_deployment, preflight
+from .demo import DEMO_GOAL, demo_scenario_path, demo_team
+from .options import (
+    Connection,
     JsonOpt,
-    NatsOpt,
-    PrefixOpt,
     TeamOpt,
     VerboseOpt,
-    _run_async,
-    _team,
-    app,
+    begin,
+    connection_flags,
+    known_run,
+    run_async,
+    team_file,
     team_tools,
 )
-from .cli_setup import build_settings, console, local_deployment, print_error, setup_logging
-from .client import cancel, collect_runs, follow, follow_tree, plans, read_run, render_runs, submit
-from .config import Settings
-from .demo import DEMO_GOAL, demo_scenario_path, demo_team
-from .errors import PlanValidationError
-from .testing import load_scenario, open_scripted_model_server
-from .tools import builtin_tools, find_bwrap
+from .render import render_runs
+from .terminal import console, print_error, setup_logging
 from .view import RunView
-from .worker import open_deployment, preflight
 
 
 async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
@@ -111,7 +111,6 @@ async def _on_interrupt(bus: Bus, run_id: str, following: anyio.CancelScope,
             return
 
 
-@app.command()
 def demo(
     goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
     = DEMO_GOAL,
@@ -143,18 +142,24 @@ def demo(
                                            builtin_tools(sandbox=sandbox)) as bus:
                     return await _run_and_show(bus, RunRequest(goal=goal), as_json)
 
-    _run_async(main, verbose=verbose)
+    run_async(main, verbose=verbose)
 
 
-@app.command()
+class ReviewMode(enum.Enum):
+    """``plancast run --review-plan``."""
+
+    off = "off"
+    human = "human"
+    auto = "auto"
+
+
+@connection_flags()
 def run(
     goal: Annotated[str | None, typer.Argument(
         help="What the team should achieve (with --plan: the plan's own goal).")] = None,
     team: TeamOpt = None,
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     as_json: JsonOpt = False,
     max_replans: Annotated[int, typer.Option(help="Replan rounds allowed.")] = 1,
     max_steps: Annotated[int, typer.Option(help="Most steps in one plan.")] = 64,
@@ -169,8 +174,8 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a goal. With --nats, hand it to the workers there; else run the team here."""
-    setup_logging(verbose, quiet=True)
-    settings = local_deployment(build_settings(nats, creds, prefix, connect_timeout))
+    command = begin(connection, verbose, "run", needs="any")
+    settings = command.settings
     stored = plan is not None and not _is_file(plan)  # a name in the deployment's bucket
     if stored and not settings.nats_url:
         _usage_error(f"--plan {plan}: no such file, and a plan stored by name needs a "
@@ -194,7 +199,7 @@ def run(
                 wanted = request or request_of(await plans.stored_plan(bus, plan or ""))
                 return await _run_and_show(bus, wanted, as_json)
         assert request is not None
-        team_config = _team(team)
+        team_config = team_file(team)
         tools = team_tools(team_config)
         preflight.check(team_config, tools)
         if request.plan is not None:  # refused here rather than by the planner
@@ -207,15 +212,7 @@ def run(
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
 
-    _run_async(main, verbose=verbose)
-
-
-class ReviewMode(enum.Enum):
-    """``plancast run --review-plan``."""
-
-    off = "off"
-    human = "human"
-    auto = "auto"
+    command.run(main)
 
 
 def _is_file(plan: str) -> bool:
@@ -244,46 +241,39 @@ def _usage_error(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-@app.command("cancel")
+@connection_flags()
 def cancel_command(
     run_id: Annotated[str, typer.Argument(help="The run to stop.")],
     reason: Annotated[str, typer.Option(help="Why (shown in the run's last event).")] = "",
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
     """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled")."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "cancel")
+    command = begin(connection, verbose, "cancel")
 
-    async def main() -> int:
-        async with open_bus(settings) as bus:
-            await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
-            with anyio.move_on_after(CANCEL_WAIT):
-                async for event in follow(bus, run_id):
-                    if isinstance(event, RunFailed | RunFinished):
-                        ended = "finished" if isinstance(event, RunFinished) else "failed"
-                        console.print(f"run {run_id} {ended}: "
-                                      f"{getattr(event, 'reason', '') or 'with an answer'}",
-                                      markup=False)
-                        return 0
-            print_error(f"asked to cancel run {run_id}; it has not ended within "
-                        f"{CANCEL_WAIT:g}s (see `plancast status`)")
-            return 1
+    async def stop(bus: Bus) -> int:
+        await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
+        with anyio.move_on_after(CANCEL_WAIT):
+            async for event in follow(bus, run_id):
+                if isinstance(event, RunFailed | RunFinished):
+                    ended = "finished" if isinstance(event, RunFinished) else "failed"
+                    console.print(f"run {run_id} {ended}: "
+                                  f"{getattr(event, 'reason', '') or 'with an answer'}",
+                                  markup=False)
+                    return 0
+        print_error(f"asked to cancel run {run_id}; it has not ended within "
+                    f"{CANCEL_WAIT:g}s (see `plancast status`)")
+        return 1
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(stop, ensure_streams=True)
 
 
-
-@app.command()
+@connection_flags()
 def watch(
     run_id: Annotated[str, typer.Argument(help="The run to show (see `plancast runs`).")],
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -291,58 +281,33 @@ def watch(
 
     Exits 0 if the run finished, 1 if it failed, 130 on Ctrl-C.
     """
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "watch")
+    command = begin(connection, verbose, "watch")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            if not await _known_run(bus, run_id):
-                return 2
-            return await _show(bus, run_id, as_json, cancels=False)
+    async def show(bus: Bus) -> int:
+        if not await known_run(bus, run_id):
+            return 2
+        return await _show(bus, run_id, as_json, cancels=False)
 
-    _run_async(main, verbose=verbose)
+    command.on_bus(show)
 
 
-@app.command()
+@connection_flags()
 def runs(
-    nats: NatsOpt = None,
-    creds: CredsOpt = None,
-    prefix: PrefixOpt = None,
-    connect_timeout: ConnectTimeoutOpt = None,
+    *,
+    connection: Connection,
     limit: Annotated[int, typer.Option(min=1, help="Show the most recent N runs.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """List the most recent runs: id, goal, status, age, steps done/total, tokens."""
-    setup_logging(verbose, quiet=True)
-    settings = _deployment(build_settings(nats, creds, prefix, connect_timeout), "runs")
+    command = begin(connection, verbose, "runs")
 
-    async def main() -> int:
-        async with open_bus(settings, ensure_streams=False) as bus:
-            found = await collect_runs(bus, active_only=False, limit=limit)
+    async def list_runs(bus: Bus) -> int:
+        found = await collect_runs(bus, active_only=False, limit=limit)
         if as_json:
             sys.stdout.write(msgspec.json.encode(found).decode() + "\n")
         else:
             render_runs(found, console, title=f"recent runs ({len(found)})")
         return 0
 
-    _run_async(main, verbose=verbose)
-
-
-def _deployment(settings: Settings, command: str) -> Settings:
-    """The deployment to read from: --nats, else the local one; never a new server."""
-    settings = local_deployment(settings)
-    if not settings.nats_url:
-        print_error(f"plancast {command} needs a running deployment: pass --nats URL or set "
-                    "NATS_URL, or start one here with `plancast up`")
-        raise typer.Exit(2)
-    return settings
-
-
-async def _known_run(bus: Bus, run_id: str) -> bool:
-    """Whether the deployment has this run; if not, says so in one line."""
-    if await read_run(bus, run_id) is None:
-        print_error(f"no run {run_id} under prefix {bus.prefix!r} on {bus.server_url}: list "
-                    "them with `plancast runs`")
-        return False
-    return True
+    command.on_bus(list_runs)

@@ -1,0 +1,130 @@
+"""The commands that serve a team and look at a deployment: ``worker``, ``up``, ``status``,
+``roles`` and ``schema``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import msgspec
+import typer
+
+from protocols import json_schema
+
+from ..actor import build_team_actors, discover_roles
+from ..bus import Bus, open_bus
+from ..client import HEARTBEAT_WINDOWS, collect_status
+from ..worker import preflight, serve_actors
+from .options import (
+    Connection,
+    Started,
+    TeamOpt,
+    VerboseOpt,
+    begin,
+    connection_flags,
+    team_file,
+    team_tools,
+)
+from .render import render_roles, render_status
+from .terminal import console, err_console
+
+
+def schema() -> None:
+    """Print the JSON Schema of every public wire message."""
+    json.dump(json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def roles(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every role found in the ``plancast.roles`` entry-point group."""
+    found = discover_roles()
+    if as_json:
+        rows = [
+            {"name": r.name, "target": r.target, "package": r.package, "version": r.version,
+             "ok": r.ok, "error": r.error}
+            for r in found.values()
+        ]
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    render_roles(found.values(), console)
+
+
+@connection_flags()
+def worker(
+    role: Annotated[list[str], typer.Option("--role", "-r", help="Role to serve (repeatable).")],
+    team: TeamOpt = None,
+    *,
+    connection: Connection,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve actors of the named roles until SIGTERM/SIGINT (then drain)."""
+    _serve(begin(connection, verbose, "worker", needs="any", quiet=False), team, role)
+
+
+@connection_flags()
+def up(
+    team: TeamOpt = None,
+    *,
+    connection: Connection,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve every role of the team in this process until SIGTERM/SIGINT."""
+    _serve(begin(connection, verbose, "up", needs="any", quiet=False), team, None)
+
+
+def _serve(command: Started, team: Path | None, roles: list[str] | None) -> None:
+    settings = command.settings
+
+    async def main() -> int:
+        team_config = team_file(team)
+        tools = team_tools(team_config)
+        preflight.check(team_config, tools, roles)
+        if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
+            err_console.print("no --nats and no local deployment (plancast up): starting a "
+                              "private server that only this process uses", markup=False,
+                              highlight=False, soft_wrap=True)
+        async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+            actors = build_team_actors(bus, team_config, tools, roles)
+            await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
+            names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
+            logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,
+                                               bus.server_url, bus.prefix)
+        return 0
+
+    command.run(main)
+
+
+@connection_flags(nats_help="NATS server URL(s) of the running deployment (required).")
+def status(
+    *,
+    connection: Connection,
+    wait: Annotated[
+        float | None,
+        typer.Option("--wait", min=0.0,
+                     help="Seconds to listen for heartbeats; default: 1.5 heartbeat intervals."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print one JSON object {"actors": [...], "runs": [...]}.')
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show the live actors (from their heartbeats) and the active runs of a deployment."""
+    command = begin(connection, verbose, "status")
+    window = HEARTBEAT_WINDOWS * command.settings.heartbeat_interval if wait is None else wait
+
+    async def show(bus: Bus) -> int:
+        found = await collect_status(bus, wait=window)
+        if as_json:
+            sys.stdout.write(msgspec.json.encode(found).decode() + "\n")
+        else:
+            render_status(found, console, wait=window)
+        return 0
+
+    command.on_bus(show)
