@@ -6,4 +6,10 @@ from .planner import Planner as Planner
 from .supervisor import SupervisorActor as SupervisorActor
 from .synthesizer import Synthesizer as Synthesizer
 
-__all__ = ["Critic", "Executor", "Planner", "SupervisorActor", "Synthesizer"]
+__all__ = (
+    "Critic",
+    "Executor",
+    "Planner",
+    "SupervisorActor",
+    "Synthesizer",
+)

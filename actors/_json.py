@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocols.codec import UNREADABLE
+from protocols import UNREADABLE
 
 
 class VerdictAnswer(msgspec.Struct):

@@ -18,8 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 from nats.js.errors import NotFoundError
 
-from protocols import Heartbeat, Stream, Verb, decode, stream_name, subject
-from protocols.codec import UNREADABLE
+from protocols import UNREADABLE, Heartbeat, Stream, Verb, decode, stream_name, subject
 from runtime.bus import Bus
 
 log = logging.getLogger(__name__)

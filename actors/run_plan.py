@@ -15,8 +15,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from protocols import PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
-from protocols.codec import UNREADABLE
+from protocols import UNREADABLE, PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
 from runtime import telemetry
 from runtime.client import check_tool_allowed
 from runtime.dag import StepState

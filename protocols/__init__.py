@@ -4,6 +4,7 @@ from ._base import SCHEMA_VERSION as SCHEMA_VERSION
 from ._base import Message as Message
 from ._base import ObjectRef as ObjectRef
 from ._base import Usage as Usage
+from .codec import UNREADABLE as UNREADABLE
 from .codec import decode as decode
 from .codec import decoder_for as decoder_for
 from .codec import encode as encode
@@ -55,6 +56,7 @@ from .messages import WorkError as WorkError
 from .messages import cancel_id as cancel_id
 from .messages import new_run_id as new_run_id
 from .messages import nonce as nonce
+from .objects import CHUNK_BYTES as CHUNK_BYTES
 from .objects import chunk_subject as chunk_subject
 from .objects import chunks_of as chunks_of
 from .objects import object_name as object_name
@@ -75,6 +77,7 @@ from .schema import json_schema as json_schema
 from .state import RunOwner as RunOwner
 from .state import RunRecord as RunRecord
 from .state import StepRecord as StepRecord
+from .state import StepStatus as StepStatus
 from .state import run_key as run_key
 from .state import step_key as step_key
 from .state import step_keys as step_keys
@@ -90,6 +93,103 @@ from .subjects import runs_bucket as runs_bucket
 from .subjects import stream_name as stream_name
 from .subjects import stream_of as stream_of
 from .subjects import subject as subject
+from .subjects import validate_prefix as validate_prefix
 from .subjects import validate_token as validate_token
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = (
+    "CHUNK_BYTES",
+    "DEFAULT_PREFIX",
+    "PUBLIC_MESSAGES",
+    "SCHEMA_VERSION",
+    "TERMINAL_EVENTS",
+    "UNREADABLE",
+    "ActorError",
+    "CriticVerdict",
+    "Event",
+    "EventBatch",
+    "EventMessage",
+    "Heartbeat",
+    "InvalidSubjectToken",
+    "Message",
+    "ObjectRef",
+    "Offloaded",
+    "OutcomeRefused",
+    "ParentStep",
+    "Plan",
+    "PlanApproved",
+    "PlanAwaitingApproval",
+    "PlanDecision",
+    "PlanFinished",
+    "PlanRejected",
+    "PlanReviewTask",
+    "PlanStarted",
+    "ReplanRequest",
+    "ReplanStarted",
+    "ReviewTask",
+    "RunAccepted",
+    "RunCancel",
+    "RunEvent",
+    "RunFailed",
+    "RunFinished",
+    "RunId",
+    "RunOwner",
+    "RunRecord",
+    "RunRejected",
+    "RunRequest",
+    "RunResumed",
+    "RunStarted",
+    "SavedPlan",
+    "Step",
+    "StepApproved",
+    "StepAwaitingApproval",
+    "StepClaimed",
+    "StepDecision",
+    "StepDispatched",
+    "StepFailed",
+    "StepFinished",
+    "StepId",
+    "StepOutcomes",
+    "StepPlanned",
+    "StepRecord",
+    "StepResult",
+    "StepReviewing",
+    "StepStarted",
+    "StepStatus",
+    "StepTask",
+    "Stream",
+    "SynthesisDecision",
+    "SynthesisTask",
+    "Usage",
+    "UsageRecorded",
+    "Verb",
+    "Verdict",
+    "WorkError",
+    "WorkFailed",
+    "cancel_id",
+    "child_run_id",
+    "chunk_subject",
+    "chunks_of",
+    "decode",
+    "decoder_for",
+    "encode",
+    "json_schema",
+    "new_run_id",
+    "nonce",
+    "object_name",
+    "object_space",
+    "objects_bucket",
+    "plans_bucket",
+    "readable_events",
+    "run_key",
+    "runs_bucket",
+    "space_of",
+    "state_space",
+    "step_key",
+    "step_keys",
+    "stored_events",
+    "stream_name",
+    "stream_of",
+    "subject",
+    "validate_prefix",
+    "validate_token",
+)

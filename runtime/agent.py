@@ -11,8 +11,7 @@ from typing import Any
 
 import msgspec
 
-from protocols import Usage
-from protocols.codec import UNREADABLE
+from protocols import UNREADABLE, Usage
 
 from . import telemetry
 from .errors import PlancastError

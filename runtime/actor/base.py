@@ -25,6 +25,7 @@ import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from protocols import (
+    UNREADABLE,
     ActorError,
     Heartbeat,
     InvalidSubjectToken,
@@ -35,7 +36,6 @@ from protocols import (
     object_space,
     validate_token,
 )
-from protocols.codec import UNREADABLE
 
 from ..bus import (
     PULL_CAP,

@@ -9,8 +9,7 @@ from typing import Any
 
 import msgspec
 
-from protocols import Message, ReviewTask, StepTask, SynthesisTask, WorkError
-from protocols.codec import UNREADABLE
+from protocols import UNREADABLE, Message, ReviewTask, StepTask, SynthesisTask, WorkError
 
 
 def work_error(message: Message, *, actor: str, delivery: int, error: str,

@@ -22,6 +22,8 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, Servi
 from nats.nuid import NUID
 
 from protocols import (
+    CHUNK_BYTES,
+    UNREADABLE,
     InvalidSubjectToken,
     Message,
     ObjectRef,
@@ -38,8 +40,6 @@ from protocols import (
     stream_of,
     subject,
 )
-from protocols.codec import UNREADABLE
-from protocols.objects import CHUNK_BYTES
 
 from ..config import Settings
 from .budget import ByteBudget

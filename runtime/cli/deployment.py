@@ -85,7 +85,7 @@ def _serve(command: Started, team: Path | None, roles: list[str] | None) -> None
     async def main() -> int:
         team_config = team_file(team)
         tools = team_tools(team_config)
-        preflight.check(team_config, tools, roles)
+        preflight(team_config, tools, roles)
         if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
             err_console.print("no --nats and no local deployment (plancast up): starting a "
                               "private server that only this process uses", markup=False,

@@ -16,6 +16,7 @@ import msgspec
 import typer
 
 from protocols import (
+    UNREADABLE,
     OutcomeRefused,
     PlanApproved,
     PlanRejected,
@@ -26,7 +27,6 @@ from protocols import (
     StepApproved,
     StepFailed,
 )
-from protocols.codec import UNREADABLE
 
 from ..bus import Bus
 from ..client import (

@@ -22,7 +22,19 @@ from rich.live import Live
 from protocols import RunEvent, RunFailed, RunFinished, RunRequest, SavedPlan, encode
 
 from ..bus import Bus, open_bus
-from ..client import cancel, collect_runs, follow, follow_tree, plans, submit
+from ..client import (
+    PlanFileError,
+    cancel,
+    check_plan,
+    collect_runs,
+    fill,
+    follow,
+    follow_tree,
+    load,
+    parse_params,
+    stored_plan,
+    submit,
+)
 from ..config import Settings
 from ..errors import PlanValidationError
 from ..testing import load_scenario, open_scripted_model_server
@@ -189,25 +201,25 @@ def run(
         return msgspec.structs.replace(made, review_plan=review_plan.value)
 
     try:
-        request = None if stored else request_of(plans.load(Path(plan)) if plan else None)
-    except plans.PlanFileError as exc:
+        request = None if stored else request_of(load(Path(plan)) if plan else None)
+    except PlanFileError as exc:
         _usage_error(str(exc))
 
     async def main() -> int:
         if settings.nats_url:
             async with open_bus(settings) as bus:
-                wanted = request or request_of(await plans.stored_plan(bus, plan or ""))
+                wanted = request or request_of(await stored_plan(bus, plan or ""))
                 return await _run_and_show(bus, wanted, as_json)
         assert request is not None
         team_config = team_file(team)
         tools = team_tools(team_config)
-        preflight.check(team_config, tools)
+        preflight(team_config, tools)
         if request.plan is not None:  # refused here rather than by the planner
             try:
-                plans.check_plan(request.plan, team_config, team_config.tool_names()
+                check_plan(request.plan, team_config, team_config.tool_names()
                                  | set(tools.names()), max_steps=request.max_steps)
             except PlanValidationError as exc:
-                raise plans.PlanFileError(
+                raise PlanFileError(
                     f"{plan}: the plan cannot run on this team: {exc}") from None
         async with open_deployment(settings, team_config, tools) as bus:
             return await _run_and_show(bus, request, as_json)
@@ -226,12 +238,12 @@ def _request(goal: str | None, saved: SavedPlan | None, params: list[str], *,
     PlanFileError says what is missing."""
     if saved is None:
         if params:
-            raise plans.PlanFileError("--param fills a saved plan: give --plan FILE|NAME too")
+            raise PlanFileError("--param fills a saved plan: give --plan FILE|NAME too")
         if not goal:
-            raise plans.PlanFileError("give a goal (plancast run \"...\"), or a saved plan "
+            raise PlanFileError("give a goal (plancast run \"...\"), or a saved plan "
                                       "with --plan FILE|NAME")
         return RunRequest(goal=goal, max_replans=max_replans, max_steps=max_steps)
-    filled = plans.fill(saved, plans.parse_params(params))
+    filled = fill(saved, parse_params(params))
     return RunRequest(goal=goal or filled.goal, plan=filled.steps, max_replans=max_replans,
                       max_steps=max(max_steps, len(filled.steps)))
 

@@ -34,9 +34,7 @@ def serve(
 
     Every request but the dashboard page needs the token it prints at start."""
     try:
-        import uvicorn
-
-        from ..gateway import TOKEN_FILE, Access, GatewayAccessError, gateway, gateway_token
+        from ..gateway import TOKEN_FILE, Access, GatewayAccessError, gateway_token, serve_http
     except ImportError as exc:
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
@@ -53,8 +51,6 @@ def serve(
 
     async def serve_gateway(bus: Bus) -> int:
         # Connected before serving: an unreachable NATS is one line, not a failed start-up.
-        config = uvicorn.Config(gateway(bus, access), host=host, port=port,
-                                lifespan="off", log_level="debug" if verbose else "warning")
         base = f"http://{_url_host(host)}:{port}"
         kept = ("from PLANCAST_GATEWAY_TOKEN" if settings.gateway_token
                 else f"kept in {settings.data_dir / TOKEN_FILE}")
@@ -70,7 +66,7 @@ def serve(
                 "reach it and holds the token may run code on your team; the token "
                 "travels in plain HTTP unless a TLS proxy is in front",
                 markup=False, highlight=False, soft_wrap=True)
-        await uvicorn.Server(config).serve()
+        await serve_http(bus, access, host=host, port=port, verbose=verbose)
         return 0
 
     command.on_bus(serve_gateway)
@@ -104,12 +100,7 @@ def trace(
 ) -> None:
     """Send a run's trace (once it has ended) to an OpenTelemetry collector."""
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
-        from ..telemetry import export_run
+        from ..telemetry import send_run
     except ImportError as exc:
         print_error(f"plancast trace needs the otel extra ({exc.name} is missing): "
                     "pip install 'plancast[otel]'")
@@ -124,11 +115,7 @@ def trace(
         if not await known_run(bus, run_id):
             return 2
         events = [event async for event in follow(bus, run_id)]
-        exporter = OTLPSpanExporter(endpoint=otlp, timeout=10)
-        provider = TracerProvider(resource=Resource.create({"service.name": "plancast"}))
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        made = export_run(events, provider)
-        provider.shutdown()
+        made = send_run(events, otlp)
         err_console.print(f"sent {made} spans of run {run_id} to {otlp}", markup=False,
                           highlight=False, soft_wrap=True)
         return 0

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from protocols import (
+    UNREADABLE,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -28,7 +29,6 @@ from protocols import (
     StepPlanned,
     plans_bucket,
 )
-from protocols.codec import UNREADABLE
 
 from ..bus import BucketNotFoundError, Bus, KeyNotFoundError, current_values
 from ..config import TeamConfig

@@ -14,6 +14,7 @@ import anyio
 import msgspec
 
 from protocols import (
+    UNREADABLE,
     Heartbeat,
     RunId,
     RunRecord,
@@ -24,7 +25,6 @@ from protocols import (
     runs_bucket,
     subject,
 )
-from protocols.codec import UNREADABLE
 
 from ..bus import BucketNotFoundError, Bus, KeyNotFoundError, NotFoundError, current_values
 

@@ -2,6 +2,7 @@
 from .load import load_team as load_team
 from .load import team_from_dict as team_from_dict
 from .model import DIALECTS as DIALECTS
+from .model import ROLE_HEADER as ROLE_HEADER
 from .model import ModelSettings as ModelSettings
 from .model import Structured as Structured
 from .role_options import RoleOption as RoleOption
@@ -23,6 +24,7 @@ __all__ = (
     "DEFAULT_MAX_TOKENS",
     "DIALECTS",
     "MODEL_KINDS",
+    "ROLE_HEADER",
     "SERVICE_KINDS",
     "TEAM_KIND",
     "ModelSettings",

@@ -16,6 +16,8 @@ from ..errors import ModelConfigError
 Structured = Literal["off", "json_schema", "json_object_schema", "grammar", "vllm"]
 """The structured-output dialects a model's server may speak (see ``runtime.models``)."""
 DIALECTS: tuple[str, ...] = get_args(Structured)
+ROLE_HEADER = "x-plancast-role"
+"""Request header naming the calling role; proxies and the scripted server route on it."""
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "plancast-local-no-key"

@@ -7,8 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from protocols import DEFAULT_PREFIX
-from protocols.subjects import validate_prefix
+from protocols import DEFAULT_PREFIX, validate_prefix
 
 
 def default_data_dir() -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from protocols.plan import Step
+from protocols import Step
 
 from ..errors import PlanValidationError, StepStateError
 from .code_inputs import CODE_ARGS

@@ -4,6 +4,7 @@ from .access import Access as Access
 from .access import GatewayAccessError as GatewayAccessError
 from .access import gateway_token as gateway_token
 from .app import gateway as gateway
+from .app import serve_http as serve_http
 
 __all__ = (
     "TOKEN_FILE",
@@ -11,4 +12,5 @@ __all__ = (
     "GatewayAccessError",
     "gateway",
     "gateway_token",
+    "serve_http",
 )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import uvicorn
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,8 +25,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from protocols import PlanAwaitingApproval, RunAccepted, RunRequest, Step, decode, encode
-from protocols.codec import UNREADABLE
+from protocols import (
+    UNREADABLE,
+    PlanAwaitingApproval,
+    RunAccepted,
+    RunRequest,
+    Step,
+    decode,
+    encode,
+)
 
 from ..bus import Bus
 from ..client import (
@@ -243,3 +251,11 @@ OPENAPI: dict[str, Any] = {
                        "application/json 415."}}},
     "security": [{"token": []}],
 }
+
+
+async def serve_http(bus: Bus, access: Access, *, host: str, port: int,
+                     verbose: bool = False) -> None:
+    """Serve the gateway on ``host:port`` until cancelled (uvicorn, no lifespan events)."""
+    config = uvicorn.Config(gateway(bus, access), host=host, port=port, lifespan="off",
+                            log_level="debug" if verbose else "warning")
+    await uvicorn.Server(config).serve()

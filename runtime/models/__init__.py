@@ -1,7 +1,6 @@
 """models."""
 from .chat_stream import SseEvents as SseEvents
 from .chat_stream import decode_chunk as decode_chunk
-from .client import ROLE_HEADER as ROLE_HEADER
 from .client import ChatMessage as ChatMessage
 from .client import LineStream as LineStream
 from .client import ModelClient as ModelClient
@@ -42,7 +41,6 @@ __all__ = (
     "INSTALL_HINT",
     "MAX_CONSTRAINED_STEPS",
     "N_CTX",
-    "ROLE_HEADER",
     "TEXT_CHARS",
     "Alt",
     "Chars",

@@ -20,7 +20,7 @@ import openai
 
 from protocols import Usage
 
-from ..config import ModelSettings
+from ..config import ROLE_HEADER, ModelSettings
 from ..errors import ModelError
 from .chat_answer import decode_answer, request_body
 from .chat_stream import ChatChunkStream
@@ -77,8 +77,6 @@ class _TokenCounts(Protocol):
     def completion_tokens(self) -> int | None: ...
 
 
-ROLE_HEADER = "x-plancast-role"
-"""Request header naming the calling role; proxies and the scripted server route on it."""
 
 
 class ModelClient:

@@ -26,6 +26,7 @@ from .ids import run_ids as run_ids
 
 if TYPE_CHECKING:
     from .export import export_run as export_run
+    from .export import send_run as send_run
     from .sdk import Tracing as Tracing
 
 
@@ -35,10 +36,10 @@ def __getattr__(name: str) -> Any:
         from .sdk import Tracing
 
         return Tracing
-    if name == "export_run":
-        from .export import export_run
+    if name in ("export_run", "send_run"):
+        from . import export
 
-        return export_run
+        return getattr(export, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -57,6 +58,7 @@ __all__ = (
     "record_run",
     "review_span",
     "run_ids",
+    "send_run",
     "step_span",
     "synthesis_span",
     "task_headers",

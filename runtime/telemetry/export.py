@@ -140,3 +140,17 @@ def export_run(events: Sequence[RunEvent], provider: TracerProvider) -> int:
         end(key, last)
     root.end(end_time=_ns(last))
     return made
+
+
+def send_run(events: Sequence[RunEvent], endpoint: str) -> int:
+    """Send a run's spans to the OTLP/HTTP collector at ``endpoint``; how many were sent."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "plancast"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint,
+                                                                      timeout=10)))
+    made = export_run(events, provider)
+    provider.shutdown()
+    return made

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
+from ..config import ROLE_HEADER
 from ..errors import ScenarioError
-from ..models import ROLE_HEADER
 
 _ROLE_MARKER = re.compile(r"\[role:([A-Za-z0-9_.-]+)\]")
 

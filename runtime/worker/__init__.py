@@ -10,6 +10,8 @@ from .supervisor import Strategy as Strategy
 from .supervisor import Supervisor as Supervisor
 from .supervisor import SupervisorEscalation as SupervisorEscalation
 from .supervisor import process_child as process_child
+from .team_checks import preflight as preflight
+from .team_checks import preflight_problems as preflight_problems
 
 __all__ = (
     "ChildExited",
@@ -20,6 +22,8 @@ __all__ = (
     "SupervisorEscalation",
     "backend_options",
     "open_deployment",
+    "preflight",
+    "preflight_problems",
     "process_child",
     "serve_actors",
     "tune_gc",

@@ -25,16 +25,17 @@ from protocols import (
     RunRequest,
     StepClaimed,
     StepFinished,
+    StepRecord,
     StepResult,
     StepStarted,
     Stream,
     Verb,
     decode,
     runs_bucket,
+    step_key,
     stream_name,
     subject,
 )
-from protocols.state import StepRecord, step_key
 from runtime.bus import Bus
 from runtime.client import submit
 from runtime.config import Settings, load_team

@@ -119,7 +119,7 @@ def silent_listener() -> Iterator[str]:
 async def test_open_bus_gives_up_within_the_connect_timeout(server: str) -> None:
     """A port nobody listens on, and a server that accepts TCP but never answers: both are
     one ``NatsUnreachable`` naming the URL, within the timeout, leaving nothing running."""
-    with silent_listener() as silent, recording("runtime.bus.connect") as logged:
+    with silent_listener() as silent, recording("runtime.bus.connection") as logged:
         url = closed_port_url() if server == "refused" else silent
         settings = Settings(nats_url=url, connect_timeout=1.0)
         started = anyio.current_time()
@@ -143,7 +143,7 @@ async def test_the_first_connection_waits_for_a_server_that_starts_late(
     port = free_port()
     server = NatsServerProcess(tmp_path, port=port)
     try:
-        with recording("runtime.bus.connect") as logged:
+        with recording("runtime.bus.connection") as logged:
             failed_once = logged.at_least("connection attempt failed")
             settings = Settings(nats_url=f"nats://127.0.0.1:{port}", connect_timeout=60.0)
             async with anyio.create_task_group() as tg:
@@ -166,7 +166,7 @@ async def test_reconnects_go_on_past_the_connect_timeout(
     """Once connected, an outage longer than the connect timeout is ridden out, with one
     warning for it rather than one per attempt."""
     settings = Settings(nats_url=fresh_nats_server.url, prefix=prefix, connect_timeout=0.5)
-    with recording("runtime.bus.connect") as logged:
+    with recording("runtime.bus.connection") as logged:
         async with open_bus(settings) as bus:
             lost, back = logged.at_least("disconnected"), logged.at_least("reconnected")
             await anyio.to_thread.run_sync(fresh_nats_server.stop)
@@ -210,7 +210,7 @@ async def test_provision_adds_new_subjects_to_an_existing_stream(
         assert old_subjects != events.subjects, "the events stream takes fence subjects"
         events.subjects = old_subjects
         await bus.js.add_stream(events)
-        with recording("runtime.bus.provision") as logged:
+        with recording("runtime.bus.provisioning") as logged:
             await provision(bus.js, prefix, event_max_age=3600.0)
             await provision(bus.js, prefix, event_max_age=3600.0)
         info = await bus.js.stream_info(stream_name(prefix, Stream.EVENTS))
@@ -256,7 +256,7 @@ async def test_provision_rides_out_a_server_restart(
     settings = Settings(nats_url=fresh_nats_server.url, prefix=prefix)
     async with open_bus(settings, ensure_streams=False) as bus:
         await anyio.to_thread.run_sync(fresh_nats_server.stop)
-        with recording("runtime.bus.provision") as logged:
+        with recording("runtime.bus.provisioning") as logged:
             retrying = logged.at_least("retrying")
             async with anyio.create_task_group() as tg:
                 tg.start_soon(provision, bus.js, prefix)
@@ -282,7 +282,7 @@ async def test_provision_rides_out_a_cluster_without_quorum(
     async with open_bus(settings, ensure_streams=False) as bus:
         for node in others:
             await anyio.to_thread.run_sync(node.kill)
-        with recording("runtime.bus.provision") as logged:
+        with recording("runtime.bus.provisioning") as logged:
             retrying = logged.at_least("retrying")
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lambda: provision(bus.js, prefix, replicas=3,

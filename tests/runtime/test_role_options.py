@@ -18,7 +18,7 @@ from runtime.config import (
     team_from_dict,
 )
 from runtime.tools import builtin_tools
-from runtime.worker import open_deployment, preflight
+from runtime.worker import open_deployment, preflight_problems
 
 from ..subprocesses import clean_env, plancast
 
@@ -37,17 +37,17 @@ def team(**options: dict[str, Any]) -> TeamConfig:
 
 
 def test_the_planners_stream_plan_is_valid() -> None:
-    assert preflight.problems(team(planner={"stream_plan": False}), builtin_tools()) == []
+    assert preflight_problems(team(planner={"stream_plan": False}), builtin_tools()) == []
 
 
 def test_an_unknown_option_lists_the_valid_ones() -> None:
-    (problem,) = preflight.problems(team(planner={"stream_plans": False}), builtin_tools())
+    (problem,) = preflight_problems(team(planner={"stream_plans": False}), builtin_tools())
     assert "role 'planner' (kind 'planner'): unknown option 'stream_plans'" in problem
     assert "its options: stream_plan (bool, default true:" in problem
 
 
 def test_the_old_structured_output_option_says_what_replaced_it() -> None:
-    problems = preflight.problems(
+    problems = preflight_problems(
         team(critic={"structured_output": True}, synthesizer={"structured_output": True}),
         builtin_tools())
     assert len(problems) == 2
@@ -56,14 +56,14 @@ def test_the_old_structured_output_option_says_what_replaced_it() -> None:
 
 
 def test_an_option_of_the_wrong_type_is_refused() -> None:
-    (problem,) = preflight.problems(team(planner={"stream_plan": "no"}), builtin_tools())
+    (problem,) = preflight_problems(team(planner={"stream_plan": "no"}), builtin_tools())
     assert "option 'stream_plan' must be a bool, not 'no'" in problem
 
 
 def test_a_number_below_its_minimum_is_refused() -> None:
-    (problem,) = preflight.problems(team(planner={"plan_text_chars": 0}), builtin_tools())
+    (problem,) = preflight_problems(team(planner={"plan_text_chars": 0}), builtin_tools())
     assert "option 'plan_text_chars' must be at least 1, not 0" in problem
-    assert preflight.problems(team(planner={"plan_text_chars": 200}), builtin_tools()) == []
+    assert preflight_problems(team(planner={"plan_text_chars": 200}), builtin_tools()) == []
 
 
 def test_a_kind_that_declares_nothing_takes_any_option() -> None:

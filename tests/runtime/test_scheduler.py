@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.plan import Step
+from protocols import Step
 from runtime.dag import Scheduler, StepState
 from runtime.errors import PlanValidationError, StepStateError
 

@@ -20,8 +20,7 @@ import pytest
 from nats.js.errors import BucketNotFoundError
 from rich.console import Console
 
-from protocols import RunRecord, RunRequest, Step, StepRecord, Verb, encode, runs_bucket
-from protocols.state import StepStatus
+from protocols import RunRecord, RunRequest, Step, StepRecord, StepStatus, Verb, encode, runs_bucket
 from runtime.actor import Actor, Source, Subscription, on
 from runtime.bus import Bus, Delivery, open_bus
 from runtime.cli import render_status

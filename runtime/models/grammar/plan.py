@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protocols.plan import StepId
+from protocols import StepId
 
 from .gbnf import Expr, Grammar, Lit, Ref, Rep, alt, opt, seq
 from .gbnf_json import JsonRules

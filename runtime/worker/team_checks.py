@@ -11,7 +11,7 @@ from ..errors import PlancastError
 from ..tools import ToolRegistry
 
 
-def problems(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None = None,
+def preflight_problems(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None = None,
              ) -> list[str]:
     """What stops the named roles (all when None) from serving here, one line each."""
     found: list[str] = []
@@ -43,7 +43,7 @@ def problems(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None 
     return found
 
 
-def check(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None = None) -> None:
+def preflight(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None = None) -> None:
     """Raise one ``TeamConfigError`` listing every problem, if there is any."""
-    if found := problems(team, tools, roles):
+    if found := preflight_problems(team, tools, roles):
         raise TeamConfigError("\n".join(found))

@@ -33,7 +33,7 @@ from .embedded import open_embedded_server
 from .local import deployment_secret, holding, running, secret_of
 from .nats_client import PlancastClient
 from .private_files import private_dir, write_private
-from .provision import HEADERS_ROOM, Retry, check_provisioned, provision
+from .provisioning import HEADERS_ROOM, Retry, check_provisioned, provision
 
 log = logging.getLogger(__name__)
 
