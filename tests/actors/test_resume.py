@@ -7,8 +7,8 @@ from functools import partial
 
 import msgspec
 
-from actors.resume import fold as _fold
-from actors.run_state import RunState, StepMeta
+from actors.run import RunState, StepMeta
+from actors.run import fold as _fold
 from protocols import (
     PlanFinished,
     ReplanStarted,

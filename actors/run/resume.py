@@ -50,7 +50,7 @@ from runtime.nonces import Nonces
 from runtime.step_states import StepState
 from runtime.stored_events import readable_events
 
-from .run_state import PREVIEW, RunState, StepMeta, source_step, step_source
+from .state import PREVIEW, RunState, StepMeta, source_step, step_source
 
 log = logging.getLogger(__name__)
 
