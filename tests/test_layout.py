@@ -48,3 +48,24 @@ def test_public_names_are_exported(package: str) -> None:
     for name in exported:
         assert not name.startswith("_")
         assert hasattr(module, name), f"{package}.__all__ names {name} but it is missing"
+
+
+def test_the_run_is_used_through_its_face() -> None:
+    """Outside ``actors/run/`` only ``actors.run`` itself is imported, never a module in it
+    (its policies are typed against ``RunOps``, and may be cut differently tomorrow)."""
+    run_dir = ROOT / "actors" / "run"
+    for path in sorted(ROOT.rglob("*.py")):
+        if run_dir in path.parents or ".git" in path.parts or "venv" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = node.module
+                if node.level and path.parent == ROOT / "actors":
+                    base = f"actors.{node.module}"
+                names = [base]
+            for name in names:
+                assert not name.startswith("actors.run."), (
+                    f"{path.relative_to(ROOT)} imports {name}: import actors.run instead")

@@ -27,7 +27,8 @@ def run_started(run: RunOps) -> RunStarted:
 def child_of(run: RunOps, step_id: int, attempt: int | None = None) -> str:
     """The child run of this attempt (None: the current one) of the step, if a sub-team
     does it ("" otherwise, and for a step not in the plan)."""
-    if run.state_of(step_id) is None or not is_team(run.env.team, run.scheduler.step(step_id).role):
+    if run.state_of(step_id) is None \
+            or not is_team(run.env.team, run.scheduler.step(step_id).role):
         return ""
     return child_run_id(run.run_id, step_id, attempt or run.scheduler.attempt(step_id))
 

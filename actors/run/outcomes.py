@@ -45,8 +45,9 @@ from runtime.nonces import Nonces
 from runtime.step_states import StepState
 from runtime.team import TEAM_KIND
 
-from . import delegation, gates, review
+from . import delegation, gates
 from ._api import RunOps
+from .review import decision_problem
 from .state import PREVIEW, RunFailure, step_source
 from .steps import dispatch, forget, step_done, step_failed
 
@@ -277,9 +278,9 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
         if not meta.claimants:  # its task was taken and answered: nothing else will come
             await forget(run, [sid])
             await step_failed(run, run.scheduler.step(sid), attempt,
-                                  "an execution answered without a claim that counts; the "
-                                  "attempt is run again", attempt < run.env.team.step_attempts,
-                                  "unclaimed")
+                              "an execution answered without a claim that counts; the "
+                              "attempt is run again", attempt < run.env.team.step_attempts,
+                              "unclaimed")
         return False
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
     await run.spent(step_source(sid), result.usage)
@@ -301,7 +302,7 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
             await step_failed(run, step, attempt, why, attempt < run.env.team.step_attempts,
-                                  "error")
+                              "error")
             return False
     if _reviewed(run, step):
         meta.review_output, meta.review_sent_at = output, time.time()
@@ -311,8 +312,8 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
                             nonce=run.env.nonces.review(run.run_id, sid, attempt))
         await run.events.emit(StepReviewing(run_id=run.run_id, step_id=sid, attempt=attempt,
                                             executor=sender))
-        await run.send(run.env.bus.subject(Verb.REVIEW), review,
-                       msg_id=run.env.nonces.msg_id(f"{run.run_id}/{sid}/{attempt}/f{run.fence}/review"))
+        await run.send(run.env.bus.subject(Verb.REVIEW), review, msg_id=run.env.nonces.msg_id(
+            f"{run.run_id}/{sid}/{attempt}/f{run.fence}/review"))
         return False
     await step_done(run, step, attempt, output, sender, result.finished_at - result.started_at)
     return len(output) <= PREVIEW
@@ -341,7 +342,7 @@ async def _verdict(run: RunOps, verdict: Verdict, role: str) -> None:
         return
     meta.feedback = verdict.critique
     await step_failed(run, step, attempt, f"rejected by the critic: {verdict.critique}",
-                          attempt < run.env.team.review_attempts, "rejected")
+                      attempt < run.env.team.review_attempts, "rejected")
 
 
 async def _decision(run: RunOps, decision: SynthesisDecision, role: str) -> None:
@@ -361,7 +362,7 @@ async def _plan_decision(run: RunOps, decision: PlanDecision, sender: str) -> No
     """A decision on the plan awaiting approval wakes the round; any other is refused."""
     if decision == run.plan_decision:
         return  # delivered again
-    problem = review.decision_problem(run, decision)
+    problem = decision_problem(run, decision)
     if problem:
         await refuse(run, decision, problem, sender=decision.by, role=sender)
         return
@@ -387,7 +388,7 @@ async def _replan_request(run: RunOps, request: ReplanRequest) -> None:
     if run.current(sid, attempt):
         await forget(run, [sid])
         await step_failed(run, run.scheduler.step(sid), attempt,
-                              f"{request.source}: {request.reason}", False, "dead_letter")
+                          f"{request.source}: {request.reason}", False, "dead_letter")
 
 
 def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
