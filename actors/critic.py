@@ -32,7 +32,7 @@ from runtime.errors import PlancastError
 from runtime.models import answer_constraint
 
 from . import prompts
-from ._json import VerdictAnswer, find_json_object
+from .answers import VerdictAnswer, find_json_object
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _CODE_HINTS = ("def ", "import ", "print(", "class ", "assert ", "return ")

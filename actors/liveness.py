@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
-from nats.js.errors import NotFoundError
 
 from protocols import UNREADABLE, Heartbeat, Stream, Verb, decode, stream_name, subject
-from runtime.bus import Bus
+from runtime.bus import Bus, NotFoundError
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from protocols import (
     ActorError,
@@ -55,18 +54,33 @@ from protocols import (
 )
 from runtime import telemetry
 from runtime.actor import RoleActor, RoleContext, Source, Subscription, WorkQueue, on
-from runtime.bus import Delivery, Fenced, current_values
+from runtime.bus import (
+    Delivery,
+    Fenced,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    current_values,
+)
 from runtime.client import check_plan
 from runtime.config import RoleOption, plan_roles, request_problem
 from runtime.errors import PlanValidationError
 from runtime.models import TEXT_CHARS
 from runtime.nonces import Nonces, planners_secret
 
-from . import outcomes, plan_review, run_timers, stores
+from . import stores
 from .liveness import Liveness
-from .resume import Tail, fold, planned_steps, read_tail
-from .run import Run
-from .run_state import RunState, restore
+from .run import (
+    Run,
+    RunEnv,
+    RunState,
+    RunStore,
+    Tail,
+    fold,
+    planned_steps,
+    read_tail,
+    restore,
+    review_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +119,11 @@ class Planner(RoleActor):
         self.kv: Any = None
         self.liveness = Liveness(self.bus, self.owner_id)
         self.nonces = Nonces(planners_secret(self.settings))
+        self.env = RunEnv(
+            bus=self.bus, team=ctx.team, tools=ctx.tools, config=self.config,
+            model_client=lambda: self.model, nonces=self.nonces, liveness=self.liveness,
+            name=self.name, instance=self.instance, owner_id=self.owner_id, lease=self.lease)
+        """What this planner lends each run it drives."""
         self._runs_tg: TaskGroup | None = None
 
     def sources(self) -> Sequence[Source]:
@@ -118,7 +137,8 @@ class Planner(RoleActor):
             self._runs_tg = runs
             await runs.start(self.liveness.watch)
             runs.start_soon(self._adopt_loop)
-            runs.start_soon(stores.watch_results, self)
+            runs.start_soon(stores.watch_results, self.bus, self.ctx.team.timeouts.storage,
+                            self.settings.max_message_bytes, lambda: self.runs.values())
             await super().serve(task_status=task_status)
             runs.cancel_scope.cancel()
 
@@ -135,8 +155,7 @@ class Planner(RoleActor):
                 "the team file); submit again once some have ended, or start another planner")))
             return
         problem = (request_problem(self.ctx.team, request)
-                   or plan_review.request_problem(self.ctx.team.review_plan,
-                                                  request.review_plan))
+                   or review_problem(self.ctx.team.review_plan, request.review_plan))
         if problem:
             await delivery.respond(RunRejected(reason=problem))
             return
@@ -179,7 +198,7 @@ class Planner(RoleActor):
     @property
     def known_tools(self) -> set[str]:
         """Tools a plan may name: the team's (they may live on the workers only) and ours."""
-        return self.ctx.team.tool_names() | set(self.ctx.tools.names())
+        return self.env.known_tools
 
     def _start(self, record: RunRecord, revision: int, *, adopted: bool,
                previous: str = "") -> anyio.Event:
@@ -206,7 +225,9 @@ class Planner(RoleActor):
                         replayed=frozenset(record.replayed))
             tail.positions = positions
             state.scheduler.reorder(record.order)
-        return Run(self, state, revision, fence=fence, tail=tail, previous_owner=previous)
+        store = RunStore(self.bus, self.kv, record.run_id, revision,
+                         retry_for=self.bus.settings.publish_retry_for)
+        return Run(self.env, state, store, fence=fence, tail=tail, previous_owner=previous)
 
     async def _restore(self, record: RunRecord, *, fresh: bool) -> RunState:
         steps: dict[int, StepRecord] = {}
@@ -250,7 +271,7 @@ class Planner(RoleActor):
             try:
                 with run.scope:
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(run_timers.watch, run)
+                        tg.start_soon(run.watch)
                         tg.start_soon(run.events.write_behind)
                         tg.start_soon(self._keep_lease, run)
                         await run.drive(resumed=adopted)
@@ -285,8 +306,7 @@ class Planner(RoleActor):
 
     def object_limit_of(self, role: str) -> int | None:
         """Most bytes ``role`` may send by reference (None: the deployment's limit)."""
-        config = self.ctx.team.roles.get(role)
-        return config.max_object_bytes if config is not None else None
+        return self.env.object_limit_of(role)
 
     @on(*RESULT_TYPES)
     async def outcome(self, message: Message, delivery: Delivery) -> None:
@@ -294,11 +314,8 @@ class Planner(RoleActor):
         named: str = message.run_id  # type: ignore[attr-defined]
         run = self.runs.get(subject_run)
         if run is not None and named != subject_run:
-            async with run.lock:
-                await outcomes.refuse(run, message, f"it names run {named!r}: an outcome "
-                                      "travels on its own run's subject", sender=sender,
-                                      role=sender)
-            await run.events.flush()
+            await run.refuse(message, f"it names run {named!r}: an outcome travels on its "
+                             "own run's subject", sender=sender, role=sender)
             return
         if run is None:
             await self._not_ours(subject_run, message, delivery)

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import anyio
 
 from protocols import Stream, stream_name
+from runtime.bus import Bus
 
-from .run_state import RunFailure
-
-if TYPE_CHECKING:
-    from .planner import Planner
+from .run import Run, RunFailure
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +36,20 @@ def has_room(info: Any, message_bytes: int) -> bool:
     return most <= 0 or info.state.bytes + message_bytes <= most
 
 
-async def watch_results(planner: Planner) -> None:
-    """Fail this planner's runs while the results stream stays full (runs beside it)."""
-    grace = planner.ctx.team.timeouts.storage
-    stream = stream_name(planner.bus.prefix, Stream.RESULTS)
+async def watch_results(bus: Bus, grace: float, message_bytes: int,
+                        runs: Callable[[], Iterable[Run]]) -> None:
+    """Fail a planner's ``runs`` while the results stream stays full for ``grace`` seconds
+    of their lives, without room for a message of ``message_bytes`` (runs beside them)."""
+    stream = stream_name(bus.prefix, Stream.RESULTS)
     full_since: float | None = None
     while True:
         await anyio.sleep(min(grace / LOOKS, MAX_PAUSE))
         try:
-            info = await planner.bus.js.stream_info(stream)
+            info = await bus.js.stream_info(stream)
         except Exception as exc:  # a bus hiccup: look again next time
             log.debug("could not look at stream %s: %s", stream, exc)
             continue
-        if has_room(info, planner.settings.max_message_bytes):
+        if has_room(info, message_bytes):
             full_since = None
             continue
         now = time.time()
@@ -58,7 +58,7 @@ async def watch_results(planner: Planner) -> None:
                   f"{info.config.max_bytes}, PLANCAST_MAX_STREAM_BYTES): the outcomes of the "
                   "run's work cannot be stored; raise PLANCAST_MAX_STREAM_BYTES (then "
                   "`plancast provision`) or find what fills it")
-        for run in list(planner.runs.values()):
+        for run in list(runs()):
             if run.record.status == "active" and run.failure is None \
                     and now - max(full_since, run.record.started_at) >= grace:
                 log.warning("run %s: %s", run.run_id, reason)

@@ -16,7 +16,7 @@ from runtime.config import RoleOption
 from runtime.models import ChatMessage, answer_constraint
 
 from . import prompts
-from ._json import DecisionAnswer, find_json_object
+from .answers import DecisionAnswer, find_json_object
 
 
 class Synthesizer(RoleActor):

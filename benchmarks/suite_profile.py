@@ -32,7 +32,7 @@ OURS = r"(runtime|actors|protocols)/"
 COUNTED = {
     "socket send() syscalls": ("~", "<method 'send' of '_socket.socket' objects>"),
     "wire messages encoded": ("protocols/codec.py", "encode"),
-    "run-state snapshots": ("actors/run_state.py", "snapshot"),
+    "run-state snapshots": ("actors/run/state.py", "snapshot"),
     "msgspec JSON decodes": ("~", "<method 'decode' of 'msgspec.json.Decoder' objects>"),
 }
 """(file, function) pairs, all synchronous, whose calls per step say what a step costs."""

@@ -10,6 +10,7 @@ from .connection import NatsUnreachable as NatsUnreachable
 from .connection import connect as connect
 from .connection import open_bus as open_bus
 from .core import EXPECT_SEQ as EXPECT_SEQ
+from .core import EXPECT_STREAM as EXPECT_STREAM
 from .core import FENCE_BUSY as FENCE_BUSY
 from .core import MAX_OBJECT_BYTES as MAX_OBJECT_BYTES
 from .core import RETRY_CAP as RETRY_CAP
@@ -82,6 +83,7 @@ __all__ = (
     "CONF_FILE",
     "ENV_VAR",
     "EXPECT_SEQ",
+    "EXPECT_STREAM",
     "FENCE_BUSY",
     "HEARTBEAT",
     "MAX_OBJECT_BYTES",

@@ -99,6 +99,8 @@ ID_IN_PROCESS = 10158
 (our own retry after a lost answer): try again, and the answer is that one's."""
 EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECT_STREAM = "Nats-Expected-Stream"
+"""A publish is stored only by the stream it names (never by another that took the subject)."""
 
 
 MISSING: tuple[type[Exception], ...] = (NotFoundError, *TRANSIENT)

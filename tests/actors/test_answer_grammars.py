@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors._json import DecisionAnswer, VerdictAnswer, find_json_object
+from actors.answers import DecisionAnswer, VerdictAnswer, find_json_object
 from runtime.models import answer_constraint
 
 from ..runtime.gbnf_check import parse_gbnf

@@ -13,8 +13,7 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from actors import run_plan, run_save
-from actors.run_state import LostRun
+from actors.run import LostRun, RunSaver, SaveBehind
 from protocols import (
     ReplanStarted,
     RunRecord,
@@ -153,8 +152,8 @@ async def test_a_step_planned_longer_ago_than_the_replay_limit_gets_its_record(
 ) -> None:
     """A save looks at the steps that changed, and at the oldest without a record: one
     planned more than ``REPLAY_LIMIT`` events ago gets its record while the run goes on."""
-    monkeypatch.setattr(run_save, "REPLAY_LIMIT", 12)
-    monkeypatch.setattr(run_save, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(RunSaver, "REPLAY_LIMIT", 12)
+    monkeypatch.setattr(RunSaver, "CHECKPOINT_EVERY", 2)
     headers: list[RunRecord] = []
     lines = [plan_line(i, tool="echo", args={"text": f"{i}"},
                        depends_on=[i - 1] if i > 1 else []) for i in range(1, 31)]
@@ -212,7 +211,7 @@ class _SlowSaves:
 async def test_a_streaming_plan_does_not_wait_for_its_saves() -> None:
     run = _SlowSaves()
     async with anyio.create_task_group() as group:
-        saves = run_plan.SaveBehind(run, group)
+        saves = SaveBehind(run, group)
         saves.want()
         with anyio.fail_after(5):
             while not run.started:
@@ -229,7 +228,7 @@ async def test_a_save_that_fails_while_a_plan_streams_stops_the_plan_with_its_er
     run = _SlowSaves(LostRun("run run-x was taken over by planner/other"))
     reading_stopped = False
     async with anyio.create_task_group() as group:
-        saves = run_plan.SaveBehind(run, group)
+        saves = SaveBehind(run, group)
         saves.want()
         run.release.set()
         try:

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.resume import read_tail
+from actors.run import read_tail
 from protocols import (
     CriticVerdict,
     PlanFinished,

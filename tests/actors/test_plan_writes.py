@@ -20,7 +20,7 @@ import msgspec
 import nats
 import pytest
 
-from actors.run_state import RunStore
+from actors.run import RunStore
 from protocols import Step, StepPlanned
 from runtime.testing import Rule, ScriptedModelServer
 

@@ -7,8 +7,8 @@ from functools import partial
 
 import msgspec
 
-from actors.resume import fold as _fold
-from actors.run_state import RunState, StepMeta
+from actors.run import RunState, StepMeta, identity
+from actors.run import fold as _fold
 from protocols import (
     PlanFinished,
     ReplanStarted,
@@ -26,7 +26,6 @@ from protocols import (
     UsageRecorded,
 )
 from runtime.dag import Scheduler, StepState
-from runtime.events import identity
 from runtime.nonces import Nonces
 
 RUN = "run-1"

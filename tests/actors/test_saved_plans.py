@@ -7,7 +7,7 @@ import anyio
 import msgspec
 import pytest
 
-from actors.run_plan import GIVEN_PLAN
+from actors.run import GIVEN_PLAN
 from protocols import (
     PlanStarted,
     RunEvent,

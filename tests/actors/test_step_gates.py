@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.step_gates import why_gated
+from actors.run import why_gated
 from protocols import (
     ReplanStarted,
     Step,

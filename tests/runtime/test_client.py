@@ -11,7 +11,6 @@ import anyio.to_thread
 import pytest
 from nats.aio.msg import Msg
 
-import runtime.client.runs as client_module
 from protocols import (
     RunAccepted,
     RunEvent,
@@ -67,7 +66,7 @@ async def test_submit_sends_again_after_a_timeout_with_the_same_run_id(
 ) -> None:
     """The first reply is lost; the request is sent again under the same run id, so the
     planner (answering "accepted" for a run it knows) cannot start the run twice."""
-    monkeypatch.setattr(client_module, "SUBMIT_ATTEMPT", 0.3)
+    monkeypatch.setattr("runtime.client.runs.SUBMIT_ATTEMPT", 0.3)
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False) as bus:
         async with fake_planner(bus, ignore=1) as received:
             accepted = await submit(bus, RunRequest(goal="g"), timeout=10.0)
@@ -88,7 +87,7 @@ async def test_submit_gives_up_at_its_timeout_naming_the_run(
 ) -> None:
     """A planner that never answers: RunNotAccepted at the timeout, with the run id (it
     may still start) and how to check."""
-    monkeypatch.setattr(client_module, "SUBMIT_ATTEMPT", 0.2)
+    monkeypatch.setattr("runtime.client.runs.SUBMIT_ATTEMPT", 0.2)
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False) as bus:
         async with fake_planner(bus, ignore=1000) as received:
             started = anyio.current_time()

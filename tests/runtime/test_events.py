@@ -11,7 +11,7 @@ from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 from nats.js.errors import NotFoundError
 
-import runtime.bus.jetstream as jetstream
+from actors.run import EventLog
 from protocols import (
     EventBatch,
     RunFinished,
@@ -25,7 +25,6 @@ from protocols import (
 from runtime.bus import Bus, Unsettled, open_bus, provision
 from runtime.client import follow
 from runtime.config import Settings
-from runtime.events import EventLog
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +102,7 @@ async def test_settle_does_not_wait_forever_for_a_lost_acknowledgement(
 ) -> None:
     """A server that dies after a publish went out never acknowledges it: settle() gives
     up waiting and stores the message again (once, under its message id)."""
-    monkeypatch.setattr(jetstream, "ACK_WAIT", 0.2)
+    monkeypatch.setattr("runtime.bus.jetstream.ACK_WAIT", 0.2)
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
         never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         payload = encode(RunStarted(run_id="r4", goal="lost ack"))
@@ -120,7 +119,7 @@ async def test_a_lost_acknowledgement_given_up_by_one_settle_does_not_cancel_ano
     whose wait ends first gives the acknowledgement up, cancelling its future. The other
     must go on and store the message, not be cancelled itself: a run's deadline check once
     died that way halfway through failing a step, and a late result of the attempt got in."""
-    monkeypatch.setattr(jetstream, "ACK_WAIT", 0.2)
+    monkeypatch.setattr("runtime.bus.jetstream.ACK_WAIT", 0.2)
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
         never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         payload = encode(RunStarted(run_id="r5", goal="shared ack"))

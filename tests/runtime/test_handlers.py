@@ -7,7 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-from runtime.actor import HandlerTasks, handlers
+from runtime.actor import HandlerTasks
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ async def test_a_task_that_finished_its_message_takes_the_next() -> None:
 async def test_messages_that_come_together_run_at_once_and_idle_tasks_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(handlers, "IDLE", 0.05)
+    monkeypatch.setattr("runtime.actor.handlers.IDLE", 0.05)
     running, release = 0, anyio.Event()
     most = 0
 

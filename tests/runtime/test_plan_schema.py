@@ -145,7 +145,7 @@ def test_each_dialect_sends_its_fields() -> None:
 
 
 def test_answer_schemas_are_strict_for_json_schema() -> None:
-    from actors._json import DecisionAnswer, VerdictAnswer
+    from actors.answers import DecisionAnswer, VerdictAnswer
 
     for answer in (DecisionAnswer, VerdictAnswer):
         constraint = answer_constraint("json_schema", answer)

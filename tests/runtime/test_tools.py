@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from runtime.errors import ToolArgumentsError, ToolError, UnknownTool
 from runtime.tools import (
+    ENTRY_POINT_GROUP,
     EchoArgs,
     FunctionTool,
     HttpGetTool,
@@ -36,7 +37,6 @@ from runtime.tools import (
     sleep_tool,
     tool,
 )
-from runtime.tools import registry as registry_module
 
 pytestmark = pytest.mark.anyio
 
@@ -521,7 +521,7 @@ def test_registry_refuses_duplicates_and_bad_names() -> None:
 def test_plugins_load_and_failures_are_logged_and_skipped(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    group = registry_module.ENTRY_POINT_GROUP
+    group = ENTRY_POINT_GROUP
     points = [
         EntryPoint("calc", "runtime.tools.math_eval:MathTool", group),  # a factory (class)
         EntryPoint("shout", "tests.runtime.test_tools:SHOUT", group),  # an instance
@@ -533,8 +533,8 @@ def test_plugins_load_and_failures_are_logged_and_skipped(
     def fake_entry_points(*, group: str) -> list[EntryPoint]:
         return [point for point in points if point.group == group]
 
-    monkeypatch.setattr(registry_module, "entry_points", fake_entry_points)
-    with caplog.at_level(logging.WARNING, logger=registry_module.__name__):
+    monkeypatch.setattr("runtime.tools.registry.entry_points", fake_entry_points)
+    with caplog.at_level(logging.WARNING, logger="runtime.tools.registry"):
         tools = builtin_tools()
     assert "shout" in tools
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -8,6 +8,8 @@ from typing import Any
 
 from ...config import TeamConfig, team_from_dict
 
+__all__ = ("DEMO_GOAL", "demo_scenario_path", "demo_team")
+
 DEMO_GOAL = "Compare the populations of France and Germany."
 
 

@@ -9,7 +9,6 @@ attempt: the model is asked again with the error, keeping the steps already disp
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -30,11 +29,11 @@ from runtime.models import (
     plan_shape,
 )
 
-from . import delegation, plan_review, prompts
-from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
-
-if TYPE_CHECKING:
-    from .run import Run
+from .. import prompts
+from . import delegation, review
+from ._api import RunOps
+from .state import RunFailure, StepMeta, accepted_in_round, shaped
+from .steps import dispatch, round_over
 
 SAVE_EVERY, SAVE_PERIOD = 64, 0.05
 """While a plan streams, the run's state is saved after at most this many steps or this
@@ -48,23 +47,23 @@ GIVEN_PLAN = "given plan"
 """The model a PlanStarted names when the run's request carried its first plan."""
 
 
-async def plan_round(run: Run, round_: int, reason: str) -> None:
+async def plan_round(run: RunOps, round_: int, reason: str) -> None:
     """Stream the plan into the scheduler, asking again after an invalid plan."""
     if round_ == 0 and run.request.plan is not None:
         await _given_plan(run, run.request.plan)
         return
-    if run.holding and await plan_review.resume_round(run, round_):
+    if run.holding and await review.resume_round(run, round_):
         await _close(run, round_, len(accepted_in_round(run.scheduler, run.meta)))
         return
     accepted = accepted_in_round(run.scheduler, run.meta)
     error = ""
-    team, model = run.team, run.planner.model
+    team, model = run.env.team, run.env.model
     for attempt in range(1, team.plan_attempts + 1):
         await run.events.emit(PlanStarted(run_id=run.run_id, round=round_,
                                           model=model.settings.model))
         constraint = _constraint(run, accepted)
         content = prompts.planner_request(
-            run.request.goal, delegation.roles(run), run.planner.ctx.tools, first_id=_next_id(run),
+            run.request.goal, delegation.roles(run), run.env.tools, first_id=_next_id(run),
             done=run.scheduler.results, done_steps={s.id: s for s in run.scheduler.steps},
             reason=reason, accepted=accepted, error=error,
             as_object=constraint is not None and constraint.framing == "steps",
@@ -73,12 +72,12 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
             {"role": "system", "content": delegation.planner_system_prompt(run)},
             {"role": "user", "content": content}]
         try:
-            with telemetry.plan_span(run.run_id, run.planner.name, round_, attempt) as span:
+            with telemetry.plan_span(run.run_id, run.env.name, round_, attempt) as span:
                 steps = await _traced_attempt(run, round_, messages, accepted, span,
                                               constraint)
             if run.holding:
-                plan_review.check_complete(run)
-                await plan_review.await_approval(run, round_)
+                review.check_complete(run)
+                await review.await_approval(run, round_)
                 steps = len(accepted_in_round(run.scheduler, run.meta))
             await _close(run, round_, steps)
             return
@@ -98,11 +97,11 @@ async def plan_round(run: Run, round_: int, reason: str) -> None:
                              f"last error: {error}", "plan")
 
 
-async def _traced_attempt(run: Run, round_: int, messages: list[ChatMessage],
+async def _traced_attempt(run: RunOps, round_: int, messages: list[ChatMessage],
                           accepted: list[Step], span: telemetry.SpanLike,
                           constraint: Constraint | None) -> int:
     """One streamed plan within its deadline; the number of steps the round has now."""
-    team, model = run.team, run.planner.model
+    team, model = run.env.team, run.env.model
     lines = model.stream_lines(messages, constraint=constraint)
     try:
         with anyio.move_on_after(team.timeouts.plan) as deadline:
@@ -124,17 +123,17 @@ async def _traced_attempt(run: Run, round_: int, messages: list[ChatMessage],
     return steps
 
 
-async def _close(run: Run, round_: int, steps: int) -> None:
+async def _close(run: RunOps, round_: int, steps: int) -> None:
     """The round's plan is complete: every dependency must name a declared step."""
     async with run.lock:
         run.scheduler.close_plan()
         run.plan_closed = True
         await run.events.emit(PlanFinished(run_id=run.run_id, round=round_, steps=steps))
-        run.check_round_over()
+        round_over(run)
     await run.save()
 
 
-async def _given_plan(run: Run, steps: list[Step]) -> None:
+async def _given_plan(run: RunOps, steps: list[Step]) -> None:
     """The request's own first plan (a saved plan): no model call. The planner checked it
     when it took the run on, so a step it now refuses fails the run, with no retry."""
     await run.events.emit(PlanStarted(run_id=run.run_id, round=0, model=GIVEN_PLAN))
@@ -145,8 +144,8 @@ async def _given_plan(run: Run, steps: list[Step]) -> None:
                 await _accept(run, 0, step)
                 out = out or _out_now(run, step)
         if run.holding:  # a reviewed run reviews a given plan too
-            plan_review.check_complete(run)
-            await plan_review.await_approval(run, 0)
+            review.check_complete(run)
+            await review.await_approval(run, 0)
         await _close(run, 0, len(steps))
     except PlanValidationError as exc:
         raise RunFailure("plan", f"the given plan is invalid: {exc}", "plan") from exc
@@ -158,7 +157,7 @@ class SaveBehind:
     plan for a third of a 1,000-line plan's time. At most one save runs and one waits; a
     save that fails stops the plan with its error, as if it had been made in line."""
 
-    def __init__(self, run: Run, group: anyio.abc.TaskGroup) -> None:
+    def __init__(self, run: RunOps, group: anyio.abc.TaskGroup) -> None:
         self.run, self.group = run, group
         self.running = self.again = False
         self.error: Exception | None = None
@@ -186,13 +185,13 @@ class SaveBehind:
             self.running = False
 
 
-async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step]) -> int:
+async def _stream(run: RunOps, round_: int, stream: LineStream, accepted: list[Step]) -> int:
     """Feed one streamed plan to the run; the number of steps the round has now."""
     failure: Exception | None = None
     count = 0
     async with anyio.create_task_group() as group:
         saves = SaveBehind(run, group)
-        if run.saver.never_saved:  # a fresh run: saved while the model writes its first line
+        if run.never_saved:  # a fresh run: saved while the model writes its first line
             saves.want()
         try:
             count = await _read(run, round_, stream, accepted, saves)
@@ -205,8 +204,10 @@ async def _stream(run: Run, round_: int, stream: LineStream, accepted: list[Step
     return count
 
 
-async def _read(run: Run, round_: int, stream: LineStream, accepted: list[Step],
+async def _read(run: RunOps, round_: int, stream: LineStream, accepted: list[Step],
                 saves: SaveBehind) -> int:
+    # Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan.
+    streaming = bool(run.env.config.options.get("stream_plan", True))
     held: list[Step] = []  # with streaming off, steps wait for the whole plan
     seen = {s.id: shaped(s) for s in accepted}  # a re-asked model may repeat a step
     unsaved, saved_at = 0, anyio.current_time()
@@ -230,7 +231,7 @@ async def _read(run: Run, round_: int, stream: LineStream, accepted: list[Step],
                 if step is None or seen.get(step.id) == (form := shaped(step)):
                     continue
                 seen[step.id] = form
-                if run.stream_plan:
+                if streaming:
                     with anyio.CancelScope(shield=True):  # a timeout stops the model only
                         await accept(step)
                 else:
@@ -244,21 +245,21 @@ async def _read(run: Run, round_: int, stream: LineStream, accepted: list[Step],
     return len(accepted)
 
 
-def _constraint(run: Run, accepted: list[Step]) -> Constraint | None:
+def _constraint(run: RunOps, accepted: list[Step]) -> Constraint | None:
     """What the planner's model may write now, in its server's dialect (built per request:
     the first id, the ids to depend on and the room left change with every attempt)."""
-    options = run.planner.config.options
-    shape = plan_shape(run.team, run.planner.ctx.tools, first_id=_next_id(run),
+    options = run.env.config.options
+    shape = plan_shape(run.env.team, run.env.tools, first_id=_next_id(run),
                        prior=[s.id for s in run.scheduler.steps],
                        max_steps=run.scheduler.steps_left, min_steps=0 if accepted else 1,
                        text_chars=options.get("plan_text_chars", TEXT_CHARS),
                        allowed=delegation.roles(run))
-    return plan_constraint(run.planner.model.settings.structured, shape)
+    return plan_constraint(run.env.model.settings.structured, shape)
 
 
-def _without_strict_nulls(run: Run, step: Step) -> Step:
+def _without_strict_nulls(run: RunOps, step: Step) -> Step:
     """A strict schema made the model write ``null`` for optional arguments it left unset."""
-    tools = run.planner.ctx.tools
+    tools = run.env.tools
     schema = tools.get(step.tool).parameters if step.tool and step.tool in tools else None
     return msgspec.structs.replace(step, args=drop_nulls(step.args, schema))
 
@@ -278,32 +279,32 @@ def _check_complete(lines: LineStream, count: int) -> None:
         "planner's model, or write fewer and shorter steps.")
 
 
-async def _accept(run: Run, round_: int, step: Step) -> None:
+async def _accept(run: RunOps, round_: int, step: Step) -> None:
     async with run.lock:
         if run.holding:  # it runs once the round is approved
-            await plan_review.accept_held(run, round_, step)
+            await review.accept_held(run, round_, step)
             return
-        check_tool_allowed(run.team, step, run.planner.known_tools)
+        check_tool_allowed(run.env.team, step, run.env.known_tools)
         ready = run.scheduler.add(step)
         run.meta[step.id] = StepMeta(round_, planned_seq=run.events.next_seq)
         run.touch(step.id)
         # Subscribers see the real DAG: $N references count as dependencies.
         await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shaped(step)))
-        await run.dispatch(ready)
+        await dispatch(run, ready)
 
 
-def _out_now(run: Run, step: Step) -> bool:
+def _out_now(run: RunOps, step: Step) -> bool:
     """Write the step's task at once if it was dispatched (True). The plan's lines that came
     in the same read are all handled in this event-loop turn, and what it sent would go out
     only once they are: the first step of a 100-line plan that came at once started 3 ms
     late. Only the round's first: written one by one, a 1,000-step plan took longer."""
     if run.state_of(step.id) is not StepState.RUNNING:
         return False
-    run.bus.write_now()
+    run.env.bus.write_now()
     return True
 
 
-def _next_id(run: Run) -> int:
+def _next_id(run: RunOps) -> int:
     """The first id a new plan may use: dropped steps' ids stay taken."""
     return max((*(s.id for s in run.scheduler.steps), *run.scheduler.dropped), default=0) + 1
 

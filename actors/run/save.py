@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import anyio
 import msgspec
@@ -24,33 +24,31 @@ import msgspec
 from protocols import RunFailed, RunFinished, Step, StepRecord
 from runtime.bus import Fenced, Unsettled
 from runtime.dag import StepState
-from runtime.events import identity_key
 
-from . import run_state
-from .run_state import RunFailure, RunStore
-
-if TYPE_CHECKING:
-    from .run import Run
+from ._api import RunOps
+from .event_log import identity_key
+from .state import RunFailure, RunStore, StepMeta, header, step_record
+from .steps import forget
 
 log = logging.getLogger(__name__)
 
-REPLAY_LIMIT = 8192
-"""Events a step may go on without a record: one planned longer ago than this gets one, so
-a takeover never replays more than this many events plus the tail (a step has about four:
-a plan of 2,000 steps writes no step record until it ends)."""
 REPLAYABLE = frozenset({StepState.PENDING, StepState.READY, StepState.RUNNING,
                         StepState.DONE})
-
-CHECKPOINT_EVERY = 64
-"""Outcomes acknowledged on their events alone before the state is written again: a
-takeover replays at most this many outcomes' events (besides those of the last moments
-of a plan being streamed, ``run_plan.SAVE_EVERY``)."""
 
 
 class RunSaver:
     """The write-behind of one run's state to the run-state bucket."""
 
-    def __init__(self, run: Run, store: RunStore) -> None:
+    REPLAY_LIMIT: ClassVar[int] = 8192
+    """Events a step may go on without a record: one planned longer ago than this gets
+    one, so a takeover never replays more than this many events plus the tail (a step has
+    about four: a plan of 2,000 steps writes no step record until it ends)."""
+    CHECKPOINT_EVERY: ClassVar[int] = 64
+    """Outcomes acknowledged on their events alone before the state is written again: a
+    takeover replays at most this many outcomes' events (besides those of the last
+    moments of a plan being streamed, ``plan.SAVE_EVERY``)."""
+
+    def __init__(self, run: RunOps, store: RunStore) -> None:
         self.run = run
         self.store = store
         self.touched: set[int] = set(run.meta)
@@ -78,11 +76,11 @@ class RunSaver:
         events and the tasks they sent (a takeover replays them), and every
         ``CHECKPOINT_EVERY`` such outcomes the state too."""
         self.replayed += count
-        if self.replayed >= CHECKPOINT_EVERY:
+        if self.replayed >= self.CHECKPOINT_EVERY:
             await self.save()
             return
         await self.run.events.flush()
-        await self.run.bus.settle([u for _, u in self.unsettled])  # left for the next save
+        await self.run.env.bus.settle([u for _, u in self.unsettled])  # left for the next save
 
     async def save(self) -> None:
         """Store what changed: the steps touched since the last save, then the header.
@@ -101,11 +99,11 @@ class RunSaver:
             run = self.run
             records = self._records(touched)
             events_seq = self._replay_after()
-            head = run_state.header(
+            head = header(
                 run.record, run.scheduler, plan_closed=run.plan_closed,
                 synthesis_round=run.synthesis_round, next_seq=run.events.next_seq,
                 events_seq=events_seq, usage=run.usage,
-                owner=run.planner.owner_id, lease_until=time.time() + run.planner.lease,
+                owner=run.env.owner_id, lease_until=time.time() + run.env.lease,
                 round_reason=run.round_reason, fence=run.fence,
                 announced=sorted(identity_key(k) for k in run.events.announced),
                 replayed=sorted(self.unrecorded))
@@ -141,7 +139,7 @@ class RunSaver:
             else:
                 self.unrecorded.pop(sid, None)
                 if step is not None and meta is not None:
-                    records.append(run_state.step_record(run.scheduler, meta, step))
+                    records.append(step_record(run.scheduler, meta, step))
         if fresh:  # appended oldest first, sorted again only if one is older than the last
             fresh.sort()
             for _, sid in fresh:
@@ -158,16 +156,16 @@ class RunSaver:
         run, oldest = self.run, next(iter(self.unrecorded.values()), None)
         removals, self._removals = self._removals, run.scheduler.removals
         return run.record.status != "active" or removals != run.scheduler.removals or (
-            oldest is not None and run.events.next_seq - oldest > REPLAY_LIMIT)
+            oldest is not None and run.events.next_seq - oldest > self.REPLAY_LIMIT)
 
-    def _replayable(self, sid: int, meta: run_state.StepMeta) -> bool:
+    def _replayable(self, sid: int, meta: StepMeta) -> bool:
         """The step's events say all there is to know of it (planned, dispatched, claimed,
         finished with its whole output; no other attempt, never reviewed), and not from
         too far back, while the run goes on: an ended run's state has every record."""
         run = self.run
         state = run.state_of(sid)
         return run.record.status == "active" and not meta.recorded and 0 < meta.planned_seq \
-            and run.events.next_seq - meta.planned_seq <= REPLAY_LIMIT \
+            and run.events.next_seq - meta.planned_seq <= self.REPLAY_LIMIT \
             and run.scheduler.attempt(sid) == 1 and state in REPLAYABLE \
             and meta.review_output is None and not meta.feedback and not meta.review_sent_at \
             and (state is not StepState.DONE or meta.output_ref is None)
@@ -191,7 +189,7 @@ class RunSaver:
             sent, self.unsettled = self.unsettled, []
             try:
                 await run.events.flush()
-                await run.bus.settle([u for _, u in sent])
+                await run.env.bus.settle([u for _, u in sent])
             except BaseException:
                 self.unsettled[:0] = sent
                 raise
@@ -209,19 +207,19 @@ class RunSaver:
         return run.scheduler.step(step_id) if run.state_of(step_id) is not None else None
 
 
-async def finish(run: Run, answer: str) -> None:
+async def finish(run: RunOps, answer: str) -> None:
     """The synthesizer's answer ends the run."""
     await run.events.emit(RunFinished(run_id=run.run_id, answer=answer, usage=run.usage))
     run.record = msgspec.structs.replace(run.record, status="finished", outcome=answer)
     await run.save()
 
 
-async def fail(run: Run, failure: RunFailure) -> None:
+async def fail(run: RunOps, failure: RunFailure) -> None:
     """End the run with this failure; the tasks of its running steps are taken back."""
     log.warning("run %s failed at %s: %s", run.run_id, failure.stage, failure)
     async with run.lock:
-        await run.forget_tasks([s.id for s in run.scheduler.steps
-                                if run.scheduler.state(s.id) is StepState.RUNNING])
+        await forget(run, [s.id for s in run.scheduler.steps
+                           if run.scheduler.state(s.id) is StepState.RUNNING])
         await run.events.emit(RunFailed(run_id=run.run_id, reason=str(failure),
                                         stage=failure.stage, usage=run.usage,
                                         cause=failure.cause))
@@ -233,7 +231,7 @@ async def fail(run: Run, failure: RunFailure) -> None:
         log.warning("run %s was taken over while it failed", run.run_id)
 
 
-async def record_end(run: Run, terminal: object) -> None:
+async def record_end(run: RunOps, terminal: object) -> None:
     """Record an end the previous owner announced but did not store."""
     if isinstance(terminal, RunFinished):
         run.record = msgspec.structs.replace(run.record, status="finished",

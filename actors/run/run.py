@@ -3,8 +3,10 @@
 Every state change goes through ``lock`` so outcomes arriving while the plan is still
 streaming see a consistent DAG, and every change is an event, in order. The run waits on
 one thing at a time (its steps, a synthesis), and anything that ends the wait early (a
-replan request, a failure, a deadline in ``run_timers``) wakes it. Sending steps out is
-``run_dispatch``'s, writing the run down (and its end) ``run_save``'s.
+replan request, a failure, a deadline in ``timers``) wakes it. A step's transitions
+(dispatched, done, failed, forgotten) are ``steps``', writing the run down (and its end)
+``save``'s. What the planner lends the run is its ``env``; what the policies may use of
+the run is ``RunOps`` (``_api``), which ``Run`` provides.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -23,41 +24,33 @@ from protocols import (
     ReplanRequest,
     ReplanStarted,
     RunResumed,
-    Step,
-    StepFailed,
-    StepFinished,
     SynthesisDecision,
     SynthesisTask,
     Usage,
     UsageRecorded,
-    state_space,
 )
 from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
 from runtime.dag import StepState
 from runtime.errors import ModelConfigError, ModelError, StepStateError
-from runtime.events import EventLog, identity, identity_of
 
-from . import delegation, outcomes, plan_review, run_dispatch, run_save, run_state
+from . import delegation, outcomes, review, save, steps, timers
+from .env import RunEnv
+from .event_log import EventLog, identity, identity_of
+from .plan import plan_round
 from .resume import Tail
-from .run_plan import plan_round
-from .run_save import RunSaver
-from .run_state import PREVIEW, RunFailure, RunState
-
-if TYPE_CHECKING:
-    from .planner import Planner
+from .save import RunSaver
+from .state import RunFailure, RunState, RunStore
 
 log = logging.getLogger(__name__)
 
 class Run:
     """One run, driven by the planner that holds its lease."""
 
-    def __init__(self, planner: Planner, state: RunState, revision: int, *, fence: int,
+    def __init__(self, env: RunEnv, state: RunState, store: RunStore, *, fence: int,
                  tail: Tail | None = None, previous_owner: str = "") -> None:
-        self.planner = planner
-        self.nonces = planner.nonces
-        self.bus = planner.bus
-        self.team = planner.ctx.team
+        self.env = env
+        """What the planner driving the run lends it (``env``)."""
         record = state.record
         self.run_id = record.run_id
         self.request = record.request
@@ -67,19 +60,16 @@ class Run:
         self.fence = fence
         self.tail = tail or Tail(last_seq=record.next_seq - 1)
         self.previous_owner = previous_owner
-        self.events = EventLog(self.bus, self.run_id, next_seq=self.tail.last_seq + 1,
+        self.events = EventLog(env.bus, self.run_id, next_seq=self.tail.last_seq + 1,
                                fence=fence)
         self.events.stored_at.update(self.tail.positions)
         saved = {identity_of(k) for k in record.announced}  # from an earlier takeover
         self.events.announced = self.tail.announced | saved
         self.told = self.tail.told | saved
         """Outcomes a previous owner announced: their late duplicates pass without a word."""
-        self.stream_plan = bool(planner.config.options.get("stream_plan", True))
-        """Dispatch steps while the plan streams (LLMCompiler); off waits for the whole plan."""
-        self.review_mode = plan_review.review_mode(self.team.review_plan,
-                                                   self.request.review_plan)
+        self.review_mode = review.review_mode(env.team.review_plan, self.request.review_plan)
         """``off``, or who approves each plan round before it runs: the team's, else the
-        request's (``plan_review``)."""
+        request's (``review``)."""
         self.awaiting: tuple[int, str] | None = None
         """The round and digest of the plan awaiting approval, while one does."""
         self.plan_decision: PlanDecision | None = None
@@ -108,9 +98,7 @@ class Run:
         self._changed = anyio.Event()
         self.republish = dict(self.tail.republish)
         """Tasks the log shows dispatched, to send again once their inputs are known."""
-        self.saver = RunSaver(self, run_state.RunStore(
-            self.bus, planner.kv, self.run_id, revision,
-            retry_for=self.bus.settings.publish_retry_for))
+        self.saver = RunSaver(self, store)
 
     # -- the run, top to bottom ----------------------------------------------------------
 
@@ -138,7 +126,7 @@ class Run:
                 log.exception("run %s crashed", self.run_id)
                 self.failure = RunFailure("runtime", f"{type(exc).__name__}: {exc}", "crash")
         if self.failure is not None and self.record.status == "active":
-            await run_save.fail(self, self.failure)
+            await save.fail(self, self.failure)
 
     def abort(self, failure: RunFailure) -> None:
         """End the run with this failure, whatever it is waiting on."""
@@ -149,21 +137,21 @@ class Run:
     async def _life(self, resumed: bool) -> None:
         req = self.request
         if self.tail.terminal is not None:  # it ended; only its state was not saved yet
-            await run_save.record_end(self, self.tail.terminal)
+            await save.record_end(self, self.tail.terminal)
             return
         fresh = self.events.next_seq == 1
         if fresh:
             await self.events.emit(delegation.run_started(self))
         elif resumed:
-            await self.events.emit(RunResumed(run_id=self.run_id, planner=self.planner.owner_id,
+            await self.events.emit(RunResumed(run_id=self.run_id, planner=self.env.owner_id,
                                               previous=self.previous_owner,
                                               skipped=self.tail.skipped))
         async with self.lock:  # send what the log says was sent, and what is ready
-            await run_dispatch.republish_ready(self)
+            await steps.republish_ready(self)
             self.scheduler.promote()
             if not self.holding:  # held steps wait for their round's approval
-                await self.dispatch(self.scheduler.ready())
-            self.check_round_over()
+                await steps.dispatch(self, self.scheduler.ready())
+            steps.round_over(self)
         if not fresh or req.plan is not None:
             await self.save()  # a fresh run's model plan saves it while the model answers
         while True:
@@ -173,15 +161,15 @@ class Run:
             await self._until(lambda: self.scheduler.closed and self.scheduler.is_done())
             async with self.lock:  # a step that waits on nothing must not be left behind
                 stray = self.scheduler.promote()
-                await self.dispatch(stray)
-                self._check_abort()  # also for a failure a previous owner recorded
+                await steps.dispatch(self, stray)
+                steps.check_abort(self)  # also for a failure a previous owner recorded
             if stray and self.replan is None:
                 continue
             reason, source = self._why_replan()
             if not reason:
                 decision = await self._synthesize(req.max_replans - round_)
                 if decision is not None and decision.action == "finish":
-                    await run_save.finish(self, decision.answer)
+                    await save.finish(self, decision.answer)
                     return
                 reason, source = (decision.reason or "the synthesizer asked", "synthesizer") \
                     if decision is not None else self._why_replan()
@@ -191,7 +179,7 @@ class Run:
             async with self.lock:
                 dropped = [s.id for s in self.scheduler.steps
                            if self.scheduler.state(s.id) is StepState.RUNNING]
-                await self.forget_tasks(dropped)
+                await steps.forget(self, dropped)
                 self.scheduler.new_round()
                 self.plan_closed, self.round_reason = False, reason
                 self.replan, self.decision = None, None
@@ -210,15 +198,15 @@ class Run:
         task = SynthesisTask(run_id=self.run_id, goal=self.request.goal, plan=plan,
                              results=self.scheduler.results, failures=failures,
                              replans_left=replans_left,
-                             nonce=self.nonces.synthesis(self.run_id, plan.round))
+                             nonce=self.env.nonces.synthesis(self.run_id, plan.round))
         # Saved while the synthesizer starts on it (the save was a millisecond of the run's
         # tail); a planner taking the run over before the save asks again.
-        sent = await self.bus.publish_soon(
+        sent = await self.env.bus.publish_soon(
             delegation.synthesis_subject(self), task,
-            msg_id=self.nonces.msg_id(f"{self.run_id}/synthesis/{plan.round}/f{self.fence}"),
+            msg_id=self.env.nonces.msg_id(f"{self.run_id}/synthesis/{plan.round}/f{self.fence}"),
             headers=telemetry.task_headers(self.run_id))
         await self.save()
-        await self.bus.settle([sent])
+        await self.env.bus.settle([sent])
         await self._until(lambda: self.decision is not None)
         self.synthesis_since = 0.0
         return self.decision
@@ -267,11 +255,18 @@ class Run:
             self.abort(RunFailure("runtime", str(exc), "storage"))
         return early
 
-    # -- changing steps (callers hold ``lock``) ------------------------------------------
+    async def refuse(self, message: Message, reason: str, *, sender: str, role: str) -> None:
+        """Refuse an outcome its planner does not hand to ``receive`` (``outcomes.refuse``),
+        and store the event that says so."""
+        async with self.lock:
+            await outcomes.refuse(self, message, reason, sender=sender, role=role)
+        await self.events.flush()
 
-    async def dispatch(self, steps: list[Step]) -> None:
-        """Send the steps out, those their approval gate does not hold (``run_dispatch``)."""
-        await run_dispatch.dispatch(self, steps)
+    async def watch(self) -> None:
+        """Check the run's deadlines until it ends (beside ``drive``: ``timers``)."""
+        await timers.watch(self)
+
+    # -- what the policies use (``RunOps``; callers hold ``lock``) -----------------------
 
     def touch(self, step_id: int) -> None:
         """The step's record changed: write it with the next save."""
@@ -281,42 +276,9 @@ class Run:
                    step_id: int = 0, fresh: bool = False) -> None:
         """Send work now; it is confirmed stored before the state that says so is saved
         (``fresh``: see ``Bus.publish_soon``)."""
-        self.saver.unsettled.append((step_id, await self.bus.publish_soon(
+        self.saver.unsettled.append((step_id, await self.env.bus.publish_soon(
             subject, message, msg_id=msg_id, headers=telemetry.task_headers(self.run_id),
             fresh=fresh)))
-
-    async def step_done(self, step: Step, attempt: int, output: str, executor: str,
-                        duration: float) -> None:
-        if len(output) > run_state.INLINE:  # keep the run record small
-            self.meta[step.id].output_ref = await self.bus.put_object(
-                state_space(self.run_id), output.encode())
-        ready = self.scheduler.complete(step.id, output)
-        self.touch(step.id)
-        preview = output if len(output) <= PREVIEW else output[:PREVIEW] + "…"
-        await self.events.emit(StepFinished(run_id=self.run_id, step_id=step.id,
-                                            attempt=attempt, output=preview,
-                                            executor=executor, duration=max(duration, 0.0)))
-        await self.dispatch(ready)
-        await run_dispatch.republish_ready(self)
-        self.check_round_over()
-
-    async def step_failed(self, step: Step, attempt: int, error: str, retry: bool,
-                          cause: str) -> None:
-        self.touch(step.id)
-        await self.events.emit(StepFailed(run_id=self.run_id, step_id=step.id, attempt=attempt,
-                                          error=error, will_retry=retry, cause=cause))
-        self.meta[step.id].review_output = None
-        if retry:
-            self.scheduler.retry(step.id)
-            await self.dispatch([step])
-        else:
-            self.scheduler.fail(step.id, error)
-            self._check_abort()
-            self.check_round_over()
-
-    async def forget_tasks(self, step_ids: list[int]) -> None:
-        """Delete the queued tasks of attempts given up, so no executor runs them late."""
-        await run_dispatch.forget_tasks(self, step_ids)
 
     async def spent(self, source: str, usage: Usage) -> None:
         if not usage.calls:
@@ -331,9 +293,10 @@ class Run:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def reviewed(self, step: Step) -> bool:
-        """Does the step's output go to the critic? Asked for, or criteria to check."""
-        return step.review or bool(step.success_criteria and self.team.kind_roles("critic"))
+    @property
+    def never_saved(self) -> bool:
+        """No state of this owner's written yet (``RunSaver.never_saved``)."""
+        return self.saver.never_saved
 
     @property
     def holding(self) -> bool:
@@ -357,17 +320,6 @@ class Run:
         its message still to come)? Then nothing else may end or restart it."""
         return ("StepFinished", step_id, attempt) in self.told \
             or ("StepFailed", step_id, attempt) in self.told
-
-    def check_round_over(self) -> None:
-        if self.scheduler.closed and self.scheduler.is_done():
-            self.notify()
-
-    def _check_abort(self) -> None:
-        """A failed step whose ``on_failure`` is ``abort`` ends the run now."""
-        for sid, error in self.scheduler.failures.items():
-            if self.scheduler.step(sid).on_failure == "abort":
-                self.abort(RunFailure("execute", f"step {sid} failed and its on_failure is "
-                                      f"\"abort\": {error}", "step_failed"))
 
     def _why_replan(self) -> tuple[str, str]:
         if self.replan is not None:

@@ -15,8 +15,6 @@ from typing import Any, Literal
 
 import anyio
 import msgspec
-from nats.js.api import Header
-from nats.js.errors import APIError
 
 from protocols import (
     ObjectRef,
@@ -32,11 +30,13 @@ from protocols import (
 )
 from runtime.bus import (
     EXPECT_SEQ,
+    EXPECT_STREAM,
     FENCE_BUSY,
     RETRY_CAP,
     TRANSIENT,
     UNCONFIRMED,
     WRONG_LAST_SEQUENCE,
+    APIError,
     Bus,
     Fenced,
     acknowledged,
@@ -256,7 +256,7 @@ class RunStore:
             for record in steps:
                 await self._put(record, fence)
             return
-        headers = {**fence, Header.EXPECTED_STREAM: self._stream}
+        headers = {**fence, EXPECT_STREAM: self._stream}
         sent = []
         for record in steps:
             try:

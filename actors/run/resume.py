@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import anyio
 import msgspec
-from nats.js.errors import NotFoundError
 
 from protocols import (
     TERMINAL_EVENTS,
@@ -44,13 +43,13 @@ from protocols import (
     readable_events,
     stream_name,
 )
-from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus
+from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus, NotFoundError
 from runtime.dag import StepState
 from runtime.errors import PlancastError, StepStateError
-from runtime.events import identity
 from runtime.nonces import Nonces
 
-from .run_state import PREVIEW, RunState, StepMeta, source_step, step_source
+from .event_log import identity
+from .state import PREVIEW, RunState, StepMeta, source_step, step_source
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -33,10 +32,9 @@ from runtime.client import check_tool_allowed
 from runtime.dag import StepState
 from runtime.errors import PlanValidationError
 
-from .run_state import RunFailure, StepMeta, accepted_in_round, shaped
-
-if TYPE_CHECKING:
-    from .run import Run
+from ._api import RunOps
+from .state import RunFailure, StepMeta, accepted_in_round, shaped
+from .steps import dispatch
 
 HELD = (StepState.PENDING, StepState.READY)
 
@@ -47,7 +45,7 @@ def review_mode(team_mode: str, request_mode: str | None) -> str:
     return team_mode if team_mode != "off" else request_mode or "off"
 
 
-def request_problem(team_mode: str, request_mode: str | None) -> str:
+def review_problem(team_mode: str, request_mode: str | None) -> str:
     """Why a request's ``review_plan`` cannot be granted ("" if it can). Only a team
     without review lets a run choose: "human" lets any client (the submitter too) approve
     instead of the critic checking the team's ``plan_policy``, and "auto" replaces the
@@ -64,13 +62,13 @@ def digest(steps: list[Step]) -> str:
     return hashlib.sha256(msgspec.json.encode(steps)).hexdigest()[:16]
 
 
-def held_steps(run: Run) -> list[Step]:
+def held_steps(run: RunOps) -> list[Step]:
     """The current round's steps that have not started."""
     return [s for s in accepted_in_round(run.scheduler, run.meta)
             if run.scheduler.state(s.id) in HELD]
 
 
-async def resume_round(run: Run, round_: int) -> bool:
+async def resume_round(run: RunOps, round_: int) -> bool:
     """Where a planner that took a reviewed run over finds its round (the caller holds no
     lock). True if the round's plan was approved before (some of it was dispatched): it is
     dispatched and closed here. Steps still held are discarded, so the round is planned and
@@ -80,7 +78,7 @@ async def resume_round(run: Run, round_: int) -> bool:
         if not planned:
             return False
         if any(run.scheduler.state(s.id) not in HELD for s in planned):
-            await run.dispatch(run.scheduler.ready())
+            await dispatch(run, run.scheduler.ready())
             return True
         for sid in run.scheduler.discard_pending():
             del run.meta[sid]
@@ -92,16 +90,16 @@ async def resume_round(run: Run, round_: int) -> bool:
     return False
 
 
-def check_complete(run: Run) -> None:
+def check_complete(run: RunOps) -> None:
     """The held plan as ``close_plan`` will judge it, before anyone is asked to approve it."""
     copy.deepcopy(run.scheduler).close_plan()
 
 
-async def await_approval(run: Run, round_: int) -> None:
+async def await_approval(run: RunOps, round_: int) -> None:
     """Hold the round until it is decided on: an approved plan (or its edit) is dispatched
     here; a rejection raises PlanValidationError; no decision in time fails the run."""
     mode = run.review_mode
-    wait = run.team.timeouts.approval if mode == "human" else run.team.timeouts.review
+    wait = run.env.team.timeouts.approval if mode == "human" else run.env.team.timeouts.review
     steps = held_steps(run)
     plan_digest = digest(steps)
     async with run.lock:
@@ -112,13 +110,13 @@ async def await_approval(run: Run, round_: int) -> None:
             reviewer="human" if mode == "human" else "auto", deadline=time.time() + wait))
     await run.save()
     if mode == "auto":
-        await run.bus.publish_durable(
-            run.bus.subject(Verb.REVIEW),
+        await run.env.bus.publish_durable(
+            run.env.bus.subject(Verb.REVIEW),
             PlanReviewTask(run_id=run.run_id, goal=run.request.goal, round=round_,
                            digest=plan_digest, steps=steps, done=run.scheduler.results,
-                           policy=run.team.plan_policy,
-                           nonce=run.nonces.plan(run.run_id, round_, plan_digest)),
-            msg_id=run.nonces.msg_id(f"{run.run_id}/plan/{round_}/{plan_digest}/f{run.fence}"))
+                           policy=run.env.team.plan_policy,
+                           nonce=run.env.nonces.plan(run.run_id, round_, plan_digest)),
+            msg_id=run.env.nonces.msg_id(f"{run.run_id}/plan/{round_}/{plan_digest}/f{run.fence}"))
     with anyio.move_on_after(wait):
         await run.decided.wait()
     async with run.lock:
@@ -141,31 +139,31 @@ async def await_approval(run: Run, round_: int) -> None:
                 del run.meta[sid]
             for step in decision.steps:
                 await accept_held(run, round_, step)
-        await run.dispatch(run.scheduler.ready())
+        await dispatch(run, run.scheduler.ready())
     await run.save()
 
 
-def check_edit(run: Run, steps: list[Step]) -> None:
+def check_edit(run: RunOps, steps: list[Step]) -> None:
     """Raise PlanValidationError unless ``steps`` could replace the held round: checked on
     a copy of the run's DAG, exactly as the model's steps are."""
     trial = copy.deepcopy(run.scheduler)
     trial.discard_pending()
     for step in steps:
-        check_tool_allowed(run.team, step, run.planner.known_tools)
+        check_tool_allowed(run.env.team, step, run.env.known_tools)
         trial.add(step)
     trial.close_plan()
 
 
-async def accept_held(run: Run, round_: int, step: Step) -> None:
+async def accept_held(run: RunOps, round_: int, step: Step) -> None:
     """Add a step to the held round (the caller holds the lock); it runs once approved."""
-    check_tool_allowed(run.team, step, run.planner.known_tools)
+    check_tool_allowed(run.env.team, step, run.env.known_tools)
     run.scheduler.add(step)
     run.meta[step.id] = StepMeta(round_, planned_seq=run.events.next_seq)
     run.touch(step.id)
     await run.events.emit(StepPlanned(run_id=run.run_id, round=round_, step=shaped(step)))
 
 
-def decision_problem(run: Run, decision: PlanDecision) -> str:
+def decision_problem(run: RunOps, decision: PlanDecision) -> str:
     """Why this decision cannot count now, or "" if it can."""
     if run.awaiting is None:
         return "no plan of this run awaits approval"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -25,6 +24,8 @@ from protocols import (
     ReplanRequest,
     ReviewTask,
     RunCancel,
+    Step,
+    StepApproved,
     StepClaimed,
     StepDecision,
     StepResult,
@@ -43,11 +44,11 @@ from runtime.dag import StepState
 from runtime.errors import StepStateError
 from runtime.nonces import Nonces
 
-from . import delegation, plan_review, step_gates
-from .run_state import PREVIEW, RunFailure, step_source
-
-if TYPE_CHECKING:
-    from .run import Run
+from . import delegation, gates
+from ._api import RunOps
+from .review import decision_problem
+from .state import PREVIEW, RunFailure, step_source
+from .steps import dispatch, forget, step_done, step_failed
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Early(Exception):
     stream fails over): offer it again shortly rather than refuse it now."""
 
 
-async def apply(run: Run, message: Message, sender: str, *, patient: bool = False) -> bool:
+async def apply(run: RunOps, message: Message, sender: str, *, patient: bool = False) -> bool:
     """Apply ``message``, sent on the ``sender`` role's subject, to the run; ``patient``:
     raise ``Early`` for a result whose claim may still be on its way.
 
@@ -87,12 +88,12 @@ async def apply(run: Run, message: Message, sender: str, *, patient: bool = Fals
         case PlanDecision():
             await _plan_decision(run, message, sender)
         case StepDecision():
-            problem = step_gates.problem(run, message)
+            problem = gates.problem(run, message)
             if problem:
                 await refuse(run, message, problem, step_id=message.step_id,
                              attempt=message.attempt, sender=message.by, role=sender)
             else:
-                await step_gates.decide(run, message)
+                await _step_decision(run, message)
         case RunCancel():
             who = f" by {message.source}" if message.source else ""
             why = f": {message.reason}" if message.reason else ""
@@ -118,11 +119,11 @@ WORK_KINDS = {"review": "critic", "synthesis": "synthesizer"}
 """The role kind that does each kind of work other than steps."""
 
 
-def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
+def wrong_sender(run: RunOps, message: Message, sender: str) -> str | None:
     """Why the ``sender`` role may not send this message, if it may not: each role's NATS
     user publishes only on its own result subject, so a message on the wrong one is forged
     or misrouted."""
-    team = run.planner.ctx.team
+    team = run.env.team
     match message:
         case StepClaimed() | StepResult():
             allowed = _role_of(run, message.step_id, sender)
@@ -158,11 +159,11 @@ def wrong_sender(run: Run, message: Message, sender: str) -> str | None:
     return f"only {' or '.join(repr(a) for a in allowed)} may send it; it came from {sender!r}"
 
 
-def unproven(run: Run, message: Message) -> str | None:
+def unproven(run: RunOps, message: Message) -> str | None:
     """Why ``message`` does not show that its sender received the work it answers, if it
     does not: an answer repeats its task's ``nonce``, which only the planners can compute
     and only the task's receivers read (``runtime.nonces``)."""
-    n, rid = run.nonces, run.run_id
+    n, rid = run.env.nonces, run.run_id
     match message:
         case StepClaimed() | StepResult():
             expected = n.task(rid, message.step_id, message.attempt)
@@ -191,7 +192,7 @@ def unproven(run: Run, message: Message) -> str | None:
     return None
 
 
-def _role_of(run: Run, step_id: int, sender: str) -> list[str]:
+def _role_of(run: RunOps, step_id: int, sender: str) -> list[str]:
     """The role of the step (a step not in the plan is refused later, for that reason)."""
     try:
         return [run.scheduler.step(step_id).role]
@@ -199,7 +200,7 @@ def _role_of(run: Run, step_id: int, sender: str) -> list[str]:
         return [sender]
 
 
-async def refuse(run: Run, message: Message, reason: str, *, role: str,
+async def refuse(run: RunOps, message: Message, reason: str, *, role: str,
                  step_id: int | None = None, attempt: int = 0, sender: str = "") -> None:
     """Say that ``message``, sent on ``role``'s result subject, does not count, and why: on
     the run's events, and to the sender on its role's error subject."""
@@ -211,13 +212,13 @@ async def refuse(run: Run, message: Message, reason: str, *, role: str,
                                              step_id=step_id, attempt=attempt, sender=sender,
                                              reason=reason))
     with contextlib.suppress(Exception):  # a courtesy: the run's events are the record
-        await run.bus.publish(run.bus.subject(Verb.ERROR, role), ActorError(
-            role=run.planner.name, instance=run.planner.instance,
+        await run.env.bus.publish(run.env.bus.subject(Verb.ERROR, role), ActorError(
+            role=run.env.name, instance=run.env.instance,
             reason=f"{kind} refused: {reason}", ts=time.time(),
-            subject=run.bus.subject(Verb.RESULT, run.run_id, role)))
+            subject=run.env.bus.subject(Verb.RESULT, run.run_id, role)))
 
 
-async def _claim(run: Run, claim: StepClaimed) -> None:
+async def _claim(run: RunOps, claim: StepClaimed) -> None:
     """Every claim of the current attempt is recorded: a result counts only from one."""
     meta = run.meta.get(claim.step_id)
     if meta is None or not run.current(claim.step_id, claim.attempt) \
@@ -239,7 +240,7 @@ async def _claim(run: Run, claim: StepClaimed) -> None:
                                                                     claim.attempt)))
 
 
-async def _result(run: Run, result: StepResult, patient: bool, role: str) -> bool:
+async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> bool:
     """Apply a step's result; True for a success whose ``step.finished`` event holds the
     whole output (all a takeover needs to complete the step: ``resume.fold``)."""
     sid, attempt, sender = result.step_id, result.attempt, result.executor
@@ -274,11 +275,11 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
                      step_id=sid, attempt=attempt, sender=sender, role=role)
         if not meta.claimants:  # its task was taken and answered: nothing else will come
-            await run.forget_tasks([sid])
-            await run.step_failed(run.scheduler.step(sid), attempt,
-                                  "an execution answered without a claim that counts; the "
-                                  "attempt is run again", attempt < run.team.step_attempts,
-                                  "unclaimed")
+            await forget(run, [sid])
+            await step_failed(run, run.scheduler.step(sid), attempt,
+                              "an execution answered without a claim that counts; the "
+                              "attempt is run again", attempt < run.env.team.step_attempts,
+                              "unclaimed")
         return False
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
     await run.spent(step_source(sid), result.usage)
@@ -286,38 +287,38 @@ async def _result(run: Run, result: StepResult, patient: bool, role: str) -> boo
     run.touch(sid)
     step = run.scheduler.step(sid)
     if not result.ok:
-        retry = result.retryable and attempt < run.team.step_attempts
-        await run.step_failed(step, attempt, result.error, retry, "error")
+        retry = result.retryable and attempt < run.env.team.step_attempts
+        await step_failed(run, step, attempt, result.error, retry, "error")
         return False
     output = result.output or ""
     if result.output_ref is not None and result.output is None:
         try:  # the sender may only have written it in its own results' space
-            output = (await run.bus.get_object(result.output_ref, space=object_space(
-                run.bus.prefix, run.bus.subject(Verb.RESULT, run.run_id, role)),
-                limit=run.planner.object_limit_of(role))).decode()
+            output = (await run.env.bus.get_object(result.output_ref, space=object_space(
+                run.env.bus.prefix, run.env.bus.subject(Verb.RESULT, run.run_id, role)),
+                limit=run.env.object_limit_of(role))).decode()
         except (ObjectRefused, UnicodeDecodeError) as exc:  # fetching it again changes nothing
             why = f"its output_ref cannot be used: {exc}"
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
-            await run.step_failed(step, attempt, why, attempt < run.team.step_attempts,
-                                  "error")
+            await step_failed(run, step, attempt, why, attempt < run.env.team.step_attempts,
+                              "error")
             return False
-    if run.reviewed(step):
+    if _reviewed(run, step):
         meta.review_output, meta.review_sent_at = output, time.time()
         review = ReviewTask(run_id=run.run_id, goal=run.request.goal, step=step,
                             attempt=attempt, output=output,
                             inputs=run.scheduler.inputs_for(step),
-                            nonce=run.nonces.review(run.run_id, sid, attempt))
+                            nonce=run.env.nonces.review(run.run_id, sid, attempt))
         await run.events.emit(StepReviewing(run_id=run.run_id, step_id=sid, attempt=attempt,
                                             executor=sender))
-        await run.send(run.bus.subject(Verb.REVIEW), review,
-                       msg_id=run.nonces.msg_id(f"{run.run_id}/{sid}/{attempt}/f{run.fence}/review"))
+        await run.send(run.env.bus.subject(Verb.REVIEW), review, msg_id=run.env.nonces.msg_id(
+            f"{run.run_id}/{sid}/{attempt}/f{run.fence}/review"))
         return False
-    await run.step_done(step, attempt, output, sender, result.finished_at - result.started_at)
+    await step_done(run, step, attempt, output, sender, result.finished_at - result.started_at)
     return len(output) <= PREVIEW
 
 
-async def _verdict(run: Run, verdict: Verdict, role: str) -> None:
+async def _verdict(run: RunOps, verdict: Verdict, role: str) -> None:
     sid, attempt = verdict.step_id, verdict.attempt
     meta = run.meta.get(sid)
     if meta is None or meta.review_output is None or not run.current(sid, attempt):
@@ -336,14 +337,14 @@ async def _verdict(run: Run, verdict: Verdict, role: str) -> None:
     step = run.scheduler.step(sid)
     output, meta.review_output = meta.review_output, None
     if verdict.approved:
-        await run.step_done(step, attempt, output, meta.executor, 0.0)
+        await step_done(run, step, attempt, output, meta.executor, 0.0)
         return
     meta.feedback = verdict.critique
-    await run.step_failed(step, attempt, f"rejected by the critic: {verdict.critique}",
-                          attempt < run.team.review_attempts, "rejected")
+    await step_failed(run, step, attempt, f"rejected by the critic: {verdict.critique}",
+                      attempt < run.env.team.review_attempts, "rejected")
 
 
-async def _decision(run: Run, decision: SynthesisDecision, role: str) -> None:
+async def _decision(run: RunOps, decision: SynthesisDecision, role: str) -> None:
     waiting = run.synthesis_since and decision.round == run.scheduler.round \
         and run.decision is None
     if not waiting:
@@ -356,11 +357,11 @@ async def _decision(run: Run, decision: SynthesisDecision, role: str) -> None:
     run.notify()
 
 
-async def _plan_decision(run: Run, decision: PlanDecision, sender: str) -> None:
+async def _plan_decision(run: RunOps, decision: PlanDecision, sender: str) -> None:
     """A decision on the plan awaiting approval wakes the round; any other is refused."""
     if decision == run.plan_decision:
         return  # delivered again
-    problem = plan_review.decision_problem(run, decision)
+    problem = decision_problem(run, decision)
     if problem:
         await refuse(run, decision, problem, sender=decision.by, role=sender)
         return
@@ -369,7 +370,7 @@ async def _plan_decision(run: Run, decision: PlanDecision, sender: str) -> None:
     await run.spent("critic:plan", decision.usage)
 
 
-async def _replan_request(run: Run, request: ReplanRequest) -> None:
+async def _replan_request(run: RunOps, request: ReplanRequest) -> None:
     """Work that could not be done fails for good (and may lead to a replan); a synthesis
     that could not be done ends the run; anything else asks for a new round now."""
     if request.work == "synthesis":
@@ -384,9 +385,9 @@ async def _replan_request(run: Run, request: ReplanRequest) -> None:
         return
     attempt = request.attempt or (run.scheduler.attempt(sid) if run.state_of(sid) else 0)
     if run.current(sid, attempt):
-        await run.forget_tasks([sid])
-        await run.step_failed(run.scheduler.step(sid), attempt,
-                              f"{request.source}: {request.reason}", False, "dead_letter")
+        await forget(run, [sid])
+        await step_failed(run, run.scheduler.step(sid), attempt,
+                          f"{request.source}: {request.reason}", False, "dead_letter")
 
 
 def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
@@ -394,6 +395,27 @@ def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
     return f"{executor}#{delivery}" in claimants
 
 
-def _told(run: Run, sid: int, attempt: int) -> bool:
+def _told(run: RunOps, sid: int, attempt: int) -> bool:
     """Did a previous owner already announce this attempt's outcome (or verdict)?"""
     return run.told_outcome(sid, attempt) or ("CriticVerdict", sid, attempt) in run.told
+
+
+def _reviewed(run: RunOps, step: Step) -> bool:
+    """Does the step's output go to the critic? Asked for, or criteria to check."""
+    return step.review or bool(step.success_criteria and run.env.team.kind_roles("critic"))
+
+
+async def _step_decision(run: RunOps, decision: StepDecision) -> None:
+    """Open the gate (the step is dispatched) or fail the attempt; ``gates.problem`` found
+    nothing against the decision."""
+    sid, attempt, by = decision.step_id, decision.attempt, decision.by or "a reviewer"
+    del run.gates[sid]
+    step = run.scheduler.step(sid)
+    if decision.approved:
+        run.passed.add((sid, attempt))
+        await run.events.emit(StepApproved(run_id=run.run_id, step_id=sid, attempt=attempt,
+                                           by=by))
+        await dispatch(run, [step])
+    else:
+        await step_failed(run, step, attempt, f"rejected by {by}: "
+                                f"{decision.reason or 'no reason given'}", False, "declined")

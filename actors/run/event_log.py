@@ -33,8 +33,7 @@ from protocols import (
     encode,
     nonce,
 )
-
-from .bus import Bus, Unsettled, fence_headers
+from runtime.bus import Bus, Unsettled, fence_headers
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -20,11 +19,9 @@ from protocols import Step, Stream
 from runtime.bus import Fenced
 from runtime.dag import StepState
 
-from . import step_gates
-from .run_state import RunFailure, StepMeta
-
-if TYPE_CHECKING:
-    from .run import Run
+from ._api import RunOps
+from .state import RunFailure, StepMeta
+from .steps import forget, step_failed
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +40,9 @@ class Expired:
     retry: bool
 
 
-async def watch(run: Run) -> None:
+async def watch(run: RunOps) -> None:
     """Check the run's clocks until the run ends (run beside ``Run.drive``)."""
-    timeouts = run.team.timeouts
+    timeouts = run.env.team.timeouts
     tick = max(0.05, min(TICK, timeouts.heartbeat / 4, timeouts.unserved / 4))
     while run.record.status == "active":
         await anyio.sleep(tick)
@@ -58,8 +55,8 @@ async def watch(run: Run) -> None:
             log.warning("run %s: checking its deadlines failed: %s", run.run_id, exc)
 
 
-async def check(run: Run) -> None:
-    now, timeouts = time.time(), run.team.timeouts
+async def check(run: RunOps) -> None:
+    now, timeouts = time.time(), run.env.team.timeouts
     if run.record.deadline and now > run.record.deadline:
         allowed = run.record.deadline - run.record.started_at
         run.abort(RunFailure("runtime", f"the run did not end within its {allowed:g}s "
@@ -91,16 +88,30 @@ async def check(run: Run) -> None:
         for e in expired:
             log.warning("run %s: step %d attempt %d: %s", run.run_id, e.step.id, e.attempt,
                         e.error)
-            await run.forget_tasks([e.step.id])
-            await run.step_failed(e.step, e.attempt, e.error, e.retry, e.cause)
-        closed_too_long = await step_gates.expire(run, now)
+            await forget(run, [e.step.id])
+            await step_failed(run, e.step, e.attempt, e.error, e.retry, e.cause)
+        closed_too_long = await _expire_gates(run, now)
     if expired or closed_too_long:
         await run.save()
 
 
-async def _expired(run: Run, step: Step, meta: StepMeta, now: float) -> Expired | None:
-    timeouts, attempt = run.team.timeouts, run.scheduler.attempt(step.id)
-    retry = attempt < run.team.step_attempts
+async def _expire_gates(run: RunOps, now: float) -> bool:
+    """Fail the attempts whose gate stayed closed past ``[timeouts] approval`` (the caller
+    holds the lock); True if any did."""
+    late = [(sid, attempt) for sid, (attempt, deadline) in run.gates.items() if now > deadline]
+    for sid, attempt in late:
+        del run.gates[sid]
+        await step_failed(
+            run, run.scheduler.step(sid), attempt, f"nobody approved attempt {attempt} of "
+            f"step {sid} within {run.env.team.timeouts.approval:g}s ([timeouts] approval); "
+            f"approve it sooner (`plancast plan approve {run.run_id} --step {sid}`) or raise "
+            "the timeout", False, "approval")
+    return bool(late)
+
+
+async def _expired(run: RunOps, step: Step, meta: StepMeta, now: float) -> Expired | None:
+    timeouts, attempt = run.env.team.timeouts, run.scheduler.attempt(step.id)
+    retry = attempt < run.env.team.step_attempts
 
     def expired(cause: str, error: str, again: bool = retry) -> Expired:
         return Expired(step, attempt, cause, error, again)
@@ -114,14 +125,14 @@ async def _expired(run: Run, step: Step, meta: StepMeta, now: float) -> Expired 
     if not meta.claimants:
         why = await _unserved(run, None, f"step-{step.role}", meta.dispatched_at, step.role)
         return expired("unserved", why, False) if why else None
-    limit = run.team.step_timeout(step.role, step.timeout)
+    limit = run.env.team.step_timeout(step.role, step.timeout)
     running = now - meta.claimed_at
     if running > limit + min(30.0, max(2.0, limit / 10)):  # the executor's own answer first
         return expired("timeout", f"timed out: attempt {attempt} ran {running:.0f}s, past "
                        f"its {limit:g}s start-to-close timeout (set step_timeout under "
                        f"[roles.{step.role}], or timeout on the step)")
-    liveness = run.planner.liveness
-    if liveness.listening(run.bus.settings.heartbeat_interval):
+    liveness = run.env.liveness
+    if liveness.listening(run.env.bus.settings.heartbeat_interval):
         silent = liveness.reporting(meta.executor, f"{run.run_id}/{step.id}", meta.claimed_at,
                                     meta.beats)
         if silent is not None and silent > timeouts.heartbeat:
@@ -131,17 +142,17 @@ async def _expired(run: Run, step: Step, meta: StepMeta, now: float) -> Expired 
     return None
 
 
-async def _unserved(run: Run, kind: str | None, consumer: str, since: float,
+async def _unserved(run: RunOps, kind: str | None, consumer: str, since: float,
                     role: str | None = None) -> str:
     """Why nobody will do this work (no live instance for ``[timeouts] unserved``), or "".
 
     ``role`` names an executor role; else the team's roles of ``kind`` serve it.
     """
-    wait = run.team.timeouts.unserved
+    wait = run.env.team.timeouts.unserved
     if time.time() - since <= wait:
         return ""
-    roles = [role] if role is not None else run.team.kind_roles(kind or "")
-    liveness = run.planner.liveness
+    roles = [role] if role is not None else run.env.team.kind_roles(kind or "")
+    liveness = run.env.liveness
     if liveness.live(roles) or liveness.silent_for(roles) <= wait:
         return ""
     if await liveness.consumer_active(Stream.WORK, consumer):
