@@ -39,7 +39,7 @@ from protocols import (
 )
 from runtime.auth import CLIENT
 from runtime.bus import ObjectRefused
-from runtime.errors import StepStateError
+from runtime.errors import PlancastError, StepStateError
 from runtime.nonces import Nonces
 from runtime.step_states import StepState
 from runtime.team import TEAM_KIND
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Early(Exception):
+class Early(PlancastError):
     """A result arrived before its sender's claim (a claim can be stored late when its
     stream fails over): offer it again shortly rather than refuse it now."""
 

@@ -41,6 +41,7 @@ from runtime.bus import (
     Fenced,
     fence_headers,
 )
+from runtime.errors import PlancastError
 from runtime.jetstream import acknowledged, outcome
 from runtime.scheduler import Scheduler
 from runtime.step_graph import references
@@ -203,7 +204,7 @@ class LostRun(Fenced):
 Stage = Literal["plan", "execute", "synthesize", "runtime"]
 
 
-class RunFailure(Exception):
+class RunFailure(PlancastError):
     """The run cannot finish; carries what the ``run.failed`` event says."""
 
     def __init__(self, stage: Stage, reason: str, cause: str = "") -> None:

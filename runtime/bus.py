@@ -42,6 +42,7 @@ from protocols.codec import UNREADABLE
 from protocols.objects import CHUNK_BYTES
 
 from .budget import ByteBudget
+from .errors import PlancastError
 from .jetstream import JetStream, acknowledged, outcome
 from .settings import Settings
 
@@ -105,7 +106,7 @@ MISSING: tuple[type[Exception], ...] = (NotFoundError, *TRANSIENT)
 """Why a chunk may not be read this moment (``Bus._chunk``)."""
 
 
-class Fenced(Exception):
+class Fenced(PlancastError):
     """A fenced publish was refused: the fence subject moved on (someone else took over)."""
 
 
@@ -113,11 +114,11 @@ STORAGE_FULL = 10077
 """JetStream's "maximum bytes exceeded": a stream that refuses new messages is full."""
 
 
-class StorageFull(Exception):
+class StorageFull(PlancastError):
     """A stream (or the object store) is at its ``max_bytes``: waiting will not help."""
 
 
-class ObjectRefused(ValueError):
+class ObjectRefused(PlancastError, ValueError):
     """An object reference that is not fetched, or an object that is not what it says."""
 
 

@@ -22,6 +22,7 @@ import anyio
 from nats.js.api import Header, StatusCode
 
 from .bus import Bus
+from .errors import PlancastError
 from .jetstream import subscribe_direct
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ SLACK = 0.5
 "request timeout" status never came (lost in a reconnect)."""
 
 
-class ConsumerGone(Exception):
+class ConsumerGone(PlancastError):
     """The server says the consumer went away (deleted, or its leader changed): bind again."""
 
 
