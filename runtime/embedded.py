@@ -36,7 +36,7 @@ from .private_files import private_dir, write_private
 
 __all__ = ("ENV_VAR", "NatsServerNotFound", "NatsServerProcess", "NatsServerStartError",
            "cluster_formed", "find_nats_server", "free_port", "free_ports",
-           "open_embedded_server", "start_cluster")
+           "meta_leader_elected", "open_embedded_server", "start_cluster")
 
 ENV_VAR = "PLANCAST_NATS_SERVER"
 """Names the nats-server binary to use, ahead of every other place we look."""
@@ -285,16 +285,25 @@ def start_cluster(
     try:
         for server in servers:
             server.start(timeout)
-        while not cluster_formed(servers):
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {s.server_name}:\n{s.log_tail(10)}" for s in servers)
-                raise NatsServerStartError(f"no JetStream meta leader after {timeout}s\n{logs}")
-            time.sleep(0.1)
+        wait_ready(functools.partial(meta_leader_elected, servers, timeout=timeout), deadline,
+                   0.1)
     except BaseException:
         for server in servers:
             server.kill()
         raise
     return servers
+
+
+def meta_leader_elected(servers: Sequence[NatsServerProcess], deadline: float, *,
+                        timeout: float) -> bool:
+    """A cluster's readiness check (see ``_proc.wait_ready``): ``cluster_formed``, or
+    NatsServerStartError with each node's log once ``deadline`` (``timeout`` away) passed."""
+    if cluster_formed(servers):
+        return True
+    if time.monotonic() > deadline:
+        logs = "\n".join(f"--- {s.server_name}:\n{s.log_tail(10)}" for s in servers)
+        raise NatsServerStartError(f"no JetStream meta leader after {timeout}s\n{logs}")
+    return False
 
 
 def cluster_formed(servers: Sequence[NatsServerProcess]) -> bool:

@@ -10,6 +10,7 @@ authenticate to each other (``tests.chaos.users``).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
@@ -18,9 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
-
-from runtime.embedded import NatsServerProcess, cluster_formed, find_nats_server, free_ports
+from runtime._proc import wait_ready_off_loop
+from runtime.embedded import (
+    NatsServerProcess,
+    cluster_formed,
+    find_nats_server,
+    free_ports,
+    meta_leader_elected,
+)
 
 from .netns import Network
 from .users import Users
@@ -103,12 +109,9 @@ async def start_nodes(base: Path, network: Network, users: Users | None = None) 
     try:
         for node in nodes:
             await node.start()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not await anyio.to_thread.run_sync(cluster_ready, nodes):
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {n.name}:\n{n.server.log_tail(10)}" for n in nodes)
-                raise RuntimeError(f"no JetStream meta leader after {READY_TIMEOUT}s\n{logs}")
-            await anyio.sleep(0.2)
+        elected = functools.partial(meta_leader_elected, [n.server for n in nodes],
+                                    timeout=READY_TIMEOUT)
+        await wait_ready_off_loop(elected, time.monotonic() + READY_TIMEOUT, 0.2)
     except BaseException:
         for node in nodes:
             node.kill()
