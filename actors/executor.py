@@ -24,8 +24,8 @@ from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
 from runtime.bus import Delivery, StorageFull
 from runtime.config import RoleOption
-from runtime.errors import PlancastError, ToolArgumentsError, UnknownTool
-from runtime.tools import StepContext, current_step
+from runtime.errors import PlancastError
+from runtime.tools import StepContext, ToolArgumentsError, UnknownTool, current_step
 
 from . import prompts
 

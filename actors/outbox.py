@@ -17,6 +17,7 @@ import anyio.lowlevel
 
 from protocols import StepClaimed, StepOutcomes, StepResult
 from runtime.bus import Bus, Unsettled
+from runtime.errors import PlancastError
 
 Outcome = StepClaimed | StepResult
 
@@ -37,7 +38,7 @@ class _Moment:
     done: anyio.Event = field(default_factory=anyio.Event)
 
 
-class NotStored(Exception):
+class NotStored(PlancastError):
     """The sender of a moment's outcomes was stopped before they were known stored."""
 
 

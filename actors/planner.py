@@ -63,7 +63,7 @@ from runtime.bus import (
 )
 from runtime.client import check_plan
 from runtime.config import RoleOption, plan_roles, request_problem
-from runtime.errors import PlanValidationError
+from runtime.dag import PlanValidationError
 from runtime.models import TEXT_CHARS
 from runtime.nonces import Nonces, planners_secret
 

@@ -23,9 +23,10 @@ from .config import Settings as Settings
 from .config import TeamConfig as TeamConfig
 from .config import load_team as load_team
 from .config import team_from_dict as team_from_dict
+from .dag import PlanValidationError as PlanValidationError
 from .dag import Scheduler as Scheduler
 from .errors import PlancastError as PlancastError
-from .errors import PlanValidationError as PlanValidationError
+from .errors import SetupError as SetupError
 from .models import ModelClient as ModelClient
 from .tools import Tool as Tool
 from .tools import ToolRegistry as ToolRegistry
@@ -50,6 +51,7 @@ __all__ = (
     "RunStalled",
     "Scheduler",
     "Settings",
+    "SetupError",
     "Subscription",
     "TeamConfig",
     "Tool",

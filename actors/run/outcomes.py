@@ -40,8 +40,8 @@ from protocols import (
 )
 from runtime.bus import CLIENT, ObjectRefused
 from runtime.config import TEAM_KIND
-from runtime.dag import StepState
-from runtime.errors import StepStateError
+from runtime.dag import StepState, StepStateError
+from runtime.errors import PlancastError
 from runtime.nonces import Nonces
 
 from . import delegation, gates
@@ -53,7 +53,7 @@ from .steps import dispatch, forget, step_done, step_failed
 log = logging.getLogger(__name__)
 
 
-class Early(Exception):
+class Early(PlancastError):
     """A result arrived before its sender's claim (a claim can be stored late when its
     stream fails over): offer it again shortly rather than refuse it now."""
 

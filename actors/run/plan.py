@@ -17,8 +17,7 @@ import msgspec
 from protocols import UNREADABLE, PlanFinished, PlanRejected, PlanStarted, Step, StepPlanned, Usage
 from runtime import telemetry
 from runtime.client import check_tool_allowed
-from runtime.dag import StepState
-from runtime.errors import PlanValidationError
+from runtime.dag import PlanValidationError, StepState
 from runtime.models import (
     TEXT_CHARS,
     ChatMessage,

@@ -44,8 +44,8 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import EXPECT_SEQ, TRANSIENT, Bus, NotFoundError
-from runtime.dag import StepState
-from runtime.errors import PlancastError, StepStateError
+from runtime.dag import StepState, StepStateError
+from runtime.errors import PlancastError
 from runtime.nonces import Nonces
 
 from .event_log import identity

@@ -29,8 +29,7 @@ from protocols import (
     Verb,
 )
 from runtime.client import check_tool_allowed
-from runtime.dag import StepState
-from runtime.errors import PlanValidationError
+from runtime.dag import PlanValidationError, StepState
 
 from ._api import RunOps
 from .state import RunFailure, StepMeta, accepted_in_round, shaped

@@ -31,8 +31,9 @@ from protocols import (
 )
 from runtime import telemetry
 from runtime.bus import TRANSIENT, Fenced, StorageFull
-from runtime.dag import StepState
-from runtime.errors import ModelConfigError, ModelError, StepStateError
+from runtime.config import ModelConfigError
+from runtime.dag import StepState, StepStateError
+from runtime.models import ModelError
 
 from . import delegation, outcomes, review, save, steps, timers
 from .env import RunEnv

@@ -44,6 +44,7 @@ from runtime.bus import (
     outcome,
 )
 from runtime.dag import Scheduler, StepState, references
+from runtime.errors import PlancastError
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class LostRun(Fenced):
 Stage = Literal["plan", "execute", "synthesize", "runtime"]
 
 
-class RunFailure(Exception):
+class RunFailure(PlancastError):
     """The run cannot finish; carries what the ``run.failed`` event says."""
 
     def __init__(self, stage: Stage, reason: str, cause: str = "") -> None:

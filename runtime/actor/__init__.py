@@ -4,12 +4,12 @@ from .base import Source as Source
 from .base import Subscription as Subscription
 from .base import WorkQueue as WorkQueue
 from .base import on as on
+from .errors import UnknownRole as UnknownRole
 from .handlers import HandlerTasks as HandlerTasks
 from .registry import RoleEntry as RoleEntry
 from .registry import discover_roles as discover_roles
 from .role import RoleActor as RoleActor
 from .role import RoleContext as RoleContext
-from .role import UnknownRole as UnknownRole
 from .role import build_actor as build_actor
 from .role import build_team_actors as build_team_actors
 

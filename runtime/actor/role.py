@@ -23,11 +23,8 @@ from ..errors import PlancastError
 from ..models import ModelClient
 from ..tools import ToolRegistry
 from .base import Actor
+from .errors import UnknownRole
 from .registry import discover_roles
-
-
-class UnknownRole(PlancastError):
-    """A role (or its kind) is not configured or not installed; the message lists what is."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from .auth import WATCHER as WATCHER
 from .auth import grants as grants
 from .auth import read_creds as read_creds
 from .auth import write_auth as write_auth
-from .connection import NatsUnreachable as NatsUnreachable
 from .connection import connect as connect
 from .connection import open_bus as open_bus
 from .core import EXPECT_SEQ as EXPECT_SEQ
@@ -18,22 +17,39 @@ from .core import TRANSIENT as TRANSIENT
 from .core import UNCONFIRMED as UNCONFIRMED
 from .core import WRONG_LAST_SEQUENCE as WRONG_LAST_SEQUENCE
 from .core import Bus as Bus
-from .core import Fenced as Fenced
-from .core import ObjectRefused as ObjectRefused
-from .core import StorageFull as StorageFull
 from .core import Unsettled as Unsettled
 from .core import fence_headers as fence_headers
 from .core import nuid as nuid
 from .core import offloaded as offloaded
 from .delivery import Delivery as Delivery
 from .embedded import ENV_VAR as ENV_VAR
-from .embedded import NatsServerNotFound as NatsServerNotFound
 from .embedded import NatsServerProcess as NatsServerProcess
-from .embedded import NatsServerStartError as NatsServerStartError
+from .embedded import cluster_formed as cluster_formed
 from .embedded import find_nats_server as find_nats_server
 from .embedded import free_port as free_port
+from .embedded import free_ports as free_ports
+from .embedded import meta_leader_elected as meta_leader_elected
 from .embedded import open_embedded_server as open_embedded_server
 from .embedded import start_cluster as start_cluster
+from .errors import APIError as APIError
+from .errors import BucketNotFoundError as BucketNotFoundError
+from .errors import ConnectionClosedError as ConnectionClosedError
+from .errors import ConsumerGone as ConsumerGone
+from .errors import CredsError as CredsError
+from .errors import Fenced as Fenced
+from .errors import InsecureFile as InsecureFile
+from .errors import KeyNotFoundError as KeyNotFoundError
+from .errors import KeyWrongLastSequenceError as KeyWrongLastSequenceError
+from .errors import MissingConsumer as MissingConsumer
+from .errors import NatsServerNotFound as NatsServerNotFound
+from .errors import NatsServerStartError as NatsServerStartError
+from .errors import NatsUnreachable as NatsUnreachable
+from .errors import NoRespondersError as NoRespondersError
+from .errors import NotFoundError as NotFoundError
+from .errors import ObjectRefused as ObjectRefused
+from .errors import ProvisionError as ProvisionError
+from .errors import StorageFull as StorageFull
+from .errors import StoreInUse as StoreInUse
 from .intake import PULL_CAP as PULL_CAP
 from .intake import Intake as Intake
 from .jetstream import acknowledged as acknowledged
@@ -42,29 +58,17 @@ from .kv import WATCH_LINGER as WATCH_LINGER
 from .kv import current_values as current_values
 from .local import SECRET as SECRET
 from .local import URL as URL
-from .local import StoreInUse as StoreInUse
 from .local import holding as holding
 from .local import running as running
 from .local import secret_of as secret_of
 from .nats_client import header_block as header_block
-from .nats_errors import APIError as APIError
-from .nats_errors import BucketNotFoundError as BucketNotFoundError
-from .nats_errors import ConnectionClosedError as ConnectionClosedError
-from .nats_errors import KeyNotFoundError as KeyNotFoundError
-from .nats_errors import KeyWrongLastSequenceError as KeyWrongLastSequenceError
-from .nats_errors import NatsError as NatsError
-from .nats_errors import NoRespondersError as NoRespondersError
-from .nats_errors import NotFoundError as NotFoundError
-from .private_files import InsecureFile as InsecureFile
 from .private_files import private_dir as private_dir
 from .private_files import read_private as read_private
 from .private_files import write_private as write_private
-from .provisioning import ProvisionError as ProvisionError
 from .provisioning import Retry as Retry
 from .provisioning import provision as provision
 from .provisioning import provision_consumers as provision_consumers
 from .provisioning import stream_configs as stream_configs
-from .pull import ConsumerGone as ConsumerGone
 from .pull import Pull as Pull
 from .sources import Source as Source
 from .sources import Subscription as Subscription
@@ -72,7 +76,6 @@ from .sources import WorkQueue as WorkQueue
 from .sources import consumer_config as consumer_config
 from .sources import on as on
 from .stream_reader import HEARTBEAT as HEARTBEAT
-from .stream_reader import ReaderLost as ReaderLost
 from .stream_reader import StreamReader as StreamReader
 from .stream_reader import describe as describe
 from .stream_reader import stream_missing as stream_missing
@@ -101,13 +104,14 @@ __all__ = (
     "Bus",
     "ConnectionClosedError",
     "ConsumerGone",
+    "CredsError",
     "Delivery",
     "Fenced",
     "InsecureFile",
     "Intake",
     "KeyNotFoundError",
     "KeyWrongLastSequenceError",
-    "NatsError",
+    "MissingConsumer",
     "NatsServerNotFound",
     "NatsServerProcess",
     "NatsServerStartError",
@@ -117,7 +121,6 @@ __all__ = (
     "ObjectRefused",
     "ProvisionError",
     "Pull",
-    "ReaderLost",
     "Retry",
     "Source",
     "StorageFull",
@@ -127,6 +130,7 @@ __all__ = (
     "Unsettled",
     "WorkQueue",
     "acknowledged",
+    "cluster_formed",
     "connect",
     "consumer_config",
     "current_values",
@@ -134,9 +138,11 @@ __all__ = (
     "fence_headers",
     "find_nats_server",
     "free_port",
+    "free_ports",
     "grants",
     "header_block",
     "holding",
+    "meta_leader_elected",
     "nuid",
     "offloaded",
     "on",

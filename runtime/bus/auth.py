@@ -34,15 +34,11 @@ from pathlib import Path
 from protocols import Stream, chunks_of, objects_bucket, plans_bucket, runs_bucket, stream_name
 
 from ..config import TEAM_KIND, TeamConfig
-from ..errors import PlancastError
+from .errors import CredsError
 
 CONF_FILE = "nats-auth.conf"
 """The server configuration's ``authorization`` block, for nats-server's ``include``."""
 ADMIN, CLIENT, WATCHER = "admin", "client", "watcher"
-
-
-class CredsError(PlancastError):
-    """A credentials file is missing, unreadable or lacks a user and password."""
 
 
 @dataclass(frozen=True)

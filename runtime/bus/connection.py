@@ -26,10 +26,10 @@ from nats.errors import (
 )
 
 from ..config import Settings
-from ..errors import PlancastError
 from .auth import read_creds
 from .core import Bus
 from .embedded import open_embedded_server
+from .errors import NatsUnreachable
 from .local import deployment_secret, holding, running, secret_of
 from .nats_client import PlancastClient
 from .private_files import private_dir, write_private
@@ -53,10 +53,6 @@ tried twice per round, then the round fails and we back off (``-1`` would never 
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     OSError, TimeoutError, StaleConnectionError, ConnectionClosedError, NoServersError)
 """What nats-py reports when the connection itself fails (``UnexpectedEOF`` is stale)."""
-
-
-class NatsUnreachable(PlancastError, ConnectionError):
-    """No NATS server at the configured URL(s) let us connect within the connect timeout."""
 
 
 def _connect_options(settings: Settings) -> dict[str, Any]:

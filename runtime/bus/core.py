@@ -43,6 +43,7 @@ from protocols import (
 
 from ..config import Settings
 from .budget import ByteBudget
+from .errors import Fenced, ObjectRefused, StorageFull
 from .jetstream import JetStream, acknowledged, outcome
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
@@ -107,20 +108,8 @@ MISSING: tuple[type[Exception], ...] = (NotFoundError, *TRANSIENT)
 """Why a chunk may not be read this moment (``Bus._chunk``)."""
 
 
-class Fenced(Exception):
-    """A fenced publish was refused: the fence subject moved on (someone else took over)."""
-
-
 STORAGE_FULL = 10077
 """JetStream's "maximum bytes exceeded": a stream that refuses new messages is full."""
-
-
-class StorageFull(Exception):
-    """A stream (or the object store) is at its ``max_bytes``: waiting will not help."""
-
-
-class ObjectRefused(ValueError):
-    """An object reference that is not fetched, or an object that is not what it says."""
 
 
 def _full(exc: APIError, where: str) -> StorageFull:

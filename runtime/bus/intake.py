@@ -24,7 +24,8 @@ from protocols import stream_name
 
 from .core import Bus
 from .delivery import Delivery
-from .pull import ConsumerGone, Pull
+from .errors import ConsumerGone
+from .pull import Pull
 from .sources import FETCH_WAIT, REBIND_AFTER, Subscription, WorkQueue, bind
 
 log = logging.getLogger(__name__)

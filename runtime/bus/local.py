@@ -20,16 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import PlancastError
-from .private_files import InsecureFile, create_private, private_dir, read_private
+from .errors import InsecureFile, StoreInUse
+from .private_files import create_private, private_dir, read_private
 
 LOCK, URL, SECRET = "deployment.lock", "deployment.url", "deployment.secret"
 _SECRET_FORM = re.compile(r"[A-Za-z0-9_-]{32,}")
 """What ``secrets.token_urlsafe(32)`` makes (and nothing a config file would misread)."""
-
-
-class StoreInUse(PlancastError):
-    """Another process runs (or is starting) an embedded server on this store."""
 
 
 @contextmanager

@@ -14,16 +14,12 @@ import secrets
 import stat
 from pathlib import Path
 
-from ..errors import PlancastError
+from .errors import InsecureFile
 
 log = logging.getLogger(__name__)
 
 _OTHERS = stat.S_IRWXG | stat.S_IRWXO
 """Mode bits that let the group or anyone else in."""
-
-
-class InsecureFile(PlancastError):
-    """A private file or directory is not ours, or others may read or change it."""
 
 
 def private_dir(path: Path) -> Path:

@@ -21,8 +21,8 @@ from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 from protocols import Stream, Verb, objects_bucket, plans_bucket, runs_bucket, stream_name, subject
 
 from ..config import Settings, TeamConfig
-from ..errors import PlancastError
 from .core import TRANSIENT
+from .errors import ProvisionError
 from .sources import WorkQueue, consumer_config
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,6 @@ NATS_MAX_PAYLOAD = 1024 * 1024
 """nats-server's default largest message, for a stream whose messages are not limited."""
 HEADERS_ROOM = 16 * 1024
 """Bytes of headers a stored message may carry beyond ``PLANCAST_MAX_MESSAGE_BYTES``."""
-
-
-class ProvisionError(PlancastError):
-    """The deployment's streams or buckets could not be created or updated."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import anyio
 from nats.js.api import Header, StatusCode
 
 from .core import Bus
+from .errors import ConsumerGone
 from .jetstream import subscribe_direct
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,6 @@ log = logging.getLogger(__name__)
 SLACK = 0.5
 """Seconds past a request's expiry after which it is taken for ended even though its
 "request timeout" status never came (lost in a reconnect)."""
-
-
-class ConsumerGone(Exception):
-    """The server says the consumer went away (deleted, or its leader changed): bind again."""
 
 
 class Pull:

@@ -16,8 +16,8 @@ from nats.js.errors import NotFoundError
 from protocols import Message, Stream, stream_name
 
 from ..config import Settings
-from ..errors import SetupError
 from .core import Bus
+from .errors import MissingConsumer
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,6 @@ FETCH_WAIT = 1.0
 """Seconds one pull request waits for work before asking again (bounds drain latency)."""
 REBIND_AFTER = 5
 """Consecutive failed fetches after which the consumer is bound afresh."""
-
-
-class MissingConsumer(SetupError):
-    """A role's consumer does not exist and its NATS user may not create it."""
 
 
 def on(*message_types: type[Message]) -> Callable[[H], H]:

@@ -28,7 +28,7 @@ STREAM_NOT_FOUND = 10059
 """JetStream's error code for a stream that does not exist."""
 
 
-class ReaderLost(Exception):
+class _Lost(Exception):
     """The consumer stopped delivering, or delivered out of order: make a new one."""
 
 
@@ -75,16 +75,16 @@ class StreamReader:
     async def next(self, wait: float) -> Msg | None:
         """The next event message, or None if none came within ``wait`` seconds.
 
-        Raises ``ReaderLost`` when the consumer must be made again.
+        Raises ``_Lost`` when the consumer must be made again.
         """
         assert self.sub is not None
         if self.bus.nc.stats["reconnects"] != self.reconnects:
-            raise ReaderLost("the connection was re-established")
+            raise _Lost("the connection was re-established")
         try:
             msg = _queued(self.sub) or await self.sub.next_msg(timeout=max(wait, 0.001))
         except NatsTimeoutError:
             if anyio.current_time() - self.last_heard > LOST_AFTER:
-                raise ReaderLost(f"no message or heartbeat for {LOST_AFTER:g}s") from None
+                raise _Lost(f"no message or heartbeat for {LOST_AFTER:g}s") from None
             return None
         self.last_heard = anyio.current_time()
         headers = msg.headers or {}
@@ -93,13 +93,13 @@ class StreamReader:
             return None
         dseq = msg.metadata.sequence.consumer
         if dseq != self.delivered + 1:
-            raise ReaderLost(f"delivery {dseq} after {self.delivered}")
+            raise _Lost(f"delivery {dseq} after {self.delivered}")
         self.delivered = dseq
         return msg
 
     async def _control(self, msg: Msg, status: str, headers: dict[str, str]) -> None:
         if status != api.StatusCode.CONTROL_MESSAGE:
-            raise ReaderLost(f"status {status} {headers.get(api.Header.DESCRIPTION, '')}".strip())
+            raise _Lost(f"status {status} {headers.get(api.Header.DESCRIPTION, '')}".strip())
         if msg.reply:  # a flow control request: we have read everything before it
             await self.bus.nc.publish(msg.reply)
             return
@@ -107,7 +107,7 @@ class StreamReader:
             await self.bus.nc.publish(stalled)
         last = headers.get(api.Header.LAST_CONSUMER)
         if last is not None and int(last) != self.delivered:
-            raise ReaderLost(f"the server delivered {last}, we received {self.delivered}")
+            raise _Lost(f"the server delivered {last}, we received {self.delivered}")
 
 
 def _queued(sub: Any) -> Msg | None:

@@ -36,7 +36,7 @@ from ..client import (
     submit,
 )
 from ..config import Settings
-from ..errors import PlanValidationError
+from ..dag import PlanValidationError
 from ..testing import load_scenario, open_scripted_model_server
 from ..tools import builtin_tools, find_bwrap
 from ..worker import open_deployment, preflight

@@ -1,5 +1,9 @@
 """client."""
-from .plans import PlanFileError as PlanFileError
+from .errors import NothingAwaitsApproval as NothingAwaitsApproval
+from .errors import PlanFileError as PlanFileError
+from .errors import RunNotAccepted as RunNotAccepted
+from .errors import RunRefused as RunRefused
+from .errors import RunStalled as RunStalled
 from .plans import check_plan as check_plan
 from .plans import check_tool_allowed as check_tool_allowed
 from .plans import dump as dump
@@ -11,15 +15,11 @@ from .plans import plan_of_run as plan_of_run
 from .plans import store_plan as store_plan
 from .plans import stored_plan as stored_plan
 from .plans import stored_plans as stored_plans
-from .review import NothingAwaitsApproval as NothingAwaitsApproval
 from .review import awaiting_plan as awaiting_plan
 from .review import awaiting_steps as awaiting_steps
 from .review import decide_plan as decide_plan
 from .review import decide_step as decide_step
 from .review import plan_awaiting as plan_awaiting
-from .runs import RunNotAccepted as RunNotAccepted
-from .runs import RunRefused as RunRefused
-from .runs import RunStalled as RunStalled
 from .runs import cancel as cancel
 from .runs import events_so_far as events_so_far
 from .runs import follow as follow

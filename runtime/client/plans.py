@@ -32,16 +32,12 @@ from protocols import (
 
 from ..bus import BucketNotFoundError, Bus, KeyNotFoundError, current_values
 from ..config import TeamConfig
-from ..dag import Scheduler
-from ..errors import PlancastError, PlanValidationError
+from ..dag import PlanValidationError, Scheduler
+from .errors import PlanFileError
 from .runs import follow
 
 PARAMETER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 """``{{name}}``: a parameter of a saved plan."""
-
-
-class PlanFileError(PlancastError):
-    """A saved plan cannot be read, filled or run; the message says what to change."""
 
 
 async def plan_of_run(bus: Bus, run_id: str) -> SavedPlan:

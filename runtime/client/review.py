@@ -28,12 +28,8 @@ from protocols import (
 )
 
 from ..bus import Bus, nuid
-from ..errors import PlancastError
+from .errors import NothingAwaitsApproval
 from .runs import events_so_far
-
-
-class NothingAwaitsApproval(PlancastError):
-    """The run holds no plan for approval now (it has none, or it was decided)."""
 
 
 def awaiting_plan(events: list[RunEvent]) -> PlanAwaitingApproval | None:

@@ -46,25 +46,12 @@ from ..bus import (
     stream_missing,
 )
 from ..errors import PlancastError
+from .errors import RunNotAccepted, RunRefused, RunStalled
 
 log = logging.getLogger(__name__)
 
 SUBMIT_ATTEMPT = 2.0
 """Seconds the first submit attempt waits for a reply; each retry waits twice as long."""
-
-
-class RunNotAccepted(PlancastError):
-    """The planner refused the run, or no planner answered."""
-
-
-class RunRefused(RunNotAccepted):
-    """A planner answered ``run.rejected``: the request itself cannot run (the reason says
-    what to change), unlike no planner answering."""
-
-
-class RunStalled(PlancastError):
-    """A followed run published no event for longer than the caller's ``idle_timeout``."""
-
 
 
 async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:

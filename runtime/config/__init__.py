@@ -1,4 +1,6 @@
 """config."""
+from .errors import ModelConfigError as ModelConfigError
+from .errors import TeamConfigError as TeamConfigError
 from .load import load_team as load_team
 from .load import team_from_dict as team_from_dict
 from .model import DIALECTS as DIALECTS
@@ -17,7 +19,6 @@ from .team import SERVICE_KINDS as SERVICE_KINDS
 from .team import TEAM_KIND as TEAM_KIND
 from .team import RoleConfig as RoleConfig
 from .team import TeamConfig as TeamConfig
-from .team import TeamConfigError as TeamConfigError
 from .team import default_max_tokens as default_max_tokens
 
 __all__ = (
@@ -27,6 +28,7 @@ __all__ = (
     "ROLE_HEADER",
     "SERVICE_KINDS",
     "TEAM_KIND",
+    "ModelConfigError",
     "ModelSettings",
     "RoleConfig",
     "RoleOption",

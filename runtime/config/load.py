@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .errors import TeamConfigError
 from .subteams import team_problems
-from .team import TeamConfig, TeamConfigError
+from .team import TeamConfig
 
 
 def team_from_dict(data: dict[str, Any], *, source: str = "team config") -> TeamConfig:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocols import Usage
 
-from ..errors import ModelConfigError
+from .errors import ModelConfigError
 
 Structured = Literal["off", "json_schema", "json_object_schema", "grammar", "vllm"]
 """The structured-output dialects a model's server may speak (see ``runtime.models``)."""

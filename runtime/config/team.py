@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..errors import PlancastError
+from .errors import TeamConfigError
 from .model import ModelSettings
 
 MODEL_KINDS = {"planner", "critic", "synthesizer"}
@@ -44,10 +44,6 @@ of tokens. Kinds not listed (plugins) get the executor's."""
 def default_max_tokens(kind: str) -> int:
     """The ``max_tokens`` of a role of this kind whose model preset sets none."""
     return DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["executor"])
-
-
-class TeamConfigError(PlancastError):
-    """The team file is missing, not TOML, or breaks a rule; the message names the fix."""
 
 
 class Timeouts(BaseModel):

@@ -8,6 +8,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+CODE_ARGS = frozenset({"code"})
+"""Tool arguments that are program text: the planner leaves their ``$N`` to the tool (the
+``python`` tool binds them as data, never spliced into the source)."""
+
 REF = re.compile(r"\$(?:\{([1-9]\d*)\}|([1-9]\d*)(?!\d))")
 """``$N`` or ``${N}``; ``$1`` never matches inside ``$10``, ``${1}x`` works glued to text."""
 

@@ -13,9 +13,8 @@ from typing import Any
 
 from protocols import Step
 
-from ..errors import PlanValidationError, StepStateError
-from .code_inputs import CODE_ARGS
-from .graph import cycle_through, references, substitute
+from .errors import PlanValidationError, StepStateError
+from .graph import CODE_ARGS, cycle_through, references, substitute
 from .states import StepState, StepStates
 
 

@@ -1,10 +1,10 @@
 """gateway."""
 from .access import TOKEN_FILE as TOKEN_FILE
 from .access import Access as Access
-from .access import GatewayAccessError as GatewayAccessError
 from .access import gateway_token as gateway_token
 from .app import gateway as gateway
 from .app import serve_http as serve_http
+from .errors import GatewayAccessError as GatewayAccessError
 
 __all__ = (
     "TOKEN_FILE",

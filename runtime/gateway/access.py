@@ -28,7 +28,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import PlancastError
+from .errors import GatewayAccessError
 
 TOKEN_FILE = "gateway.token"
 """The gateway's token, in the data directory (mode 0600)."""
@@ -44,10 +44,6 @@ LOCAL_NAMES = frozenset({"localhost"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::\d{1,5})?")
 """A Host header: a name or address, and maybe a port (nothing else, no user part)."""
-
-
-class GatewayAccessError(PlancastError):
-    """The gateway's token cannot be used (a file others can read, a short token ...)."""
 
 
 @dataclass(frozen=True)

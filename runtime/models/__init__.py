@@ -5,6 +5,10 @@ from .client import ChatMessage as ChatMessage
 from .client import LineStream as LineStream
 from .client import ModelClient as ModelClient
 from .client import split_lines as split_lines
+from .errors import LocalModelMissing as LocalModelMissing
+from .errors import LocalModelStartError as LocalModelStartError
+from .errors import ModelError as ModelError
+from .errors import StructuredOutputUnsupported as StructuredOutputUnsupported
 from .grammar import MAX_CONSTRAINED_STEPS as MAX_CONSTRAINED_STEPS
 from .grammar import TEXT_CHARS as TEXT_CHARS
 from .grammar import Alt as Alt
@@ -27,7 +31,6 @@ from .llama_server import DEFAULT_ALIAS as DEFAULT_ALIAS
 from .llama_server import INSTALL_HINT as INSTALL_HINT
 from .llama_server import N_CTX as N_CTX
 from .llama_server import LlamaServer as LlamaServer
-from .llama_server import LocalModelStartError as LocalModelStartError
 from .llama_server import missing_packages as missing_packages
 from .structured import Constraint as Constraint
 from .structured import answer_constraint as answer_constraint
@@ -50,8 +53,10 @@ __all__ = (
     "LineStream",
     "Lit",
     "LlamaServer",
+    "LocalModelMissing",
     "LocalModelStartError",
     "ModelClient",
+    "ModelError",
     "PlanShape",
     "Ref",
     "Rep",
@@ -59,6 +64,7 @@ __all__ = (
     "Seq",
     "SseEvents",
     "StepArrayReader",
+    "StructuredOutputUnsupported",
     "answer_constraint",
     "decode_chunk",
     "drop_nulls",

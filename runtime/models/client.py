@@ -21,10 +21,10 @@ import openai
 from protocols import Usage
 
 from ..config import ROLE_HEADER, ModelSettings
-from ..errors import ModelError
 from .chat_answer import decode_answer, request_body
 from .chat_stream import ChatChunkStream
-from .errors import model_error
+from .errors import ModelError
+from .failures import model_error
 from .line_stream import LineStream, split_lines
 from .structured import Constraint
 from .token_estimate import estimate_messages, estimate_text

@@ -1,62 +1,32 @@
-"""What a failed model call means, in one line that says what to check.
-
-Every openai exception becomes a :class:`~runtime.errors.ModelError` naming the model and
-its server, or, when the server refused the request's structured-output constraint, the
-:class:`~runtime.errors.StructuredOutputUnsupported` that names the setting to change.
-"""
+"""What goes wrong with a model, by name; each message says what to check."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import openai
-
-from ..errors import ModelError, StructuredOutputUnsupported
-from .structured import Constraint, refusal
-
-if TYPE_CHECKING:
-    from ..config import ModelSettings
-
-__all__ = ["model_error"]
+from ..config import ModelConfigError
+from ..errors import PlancastError
 
 
-def model_error(exc: openai.OpenAIError, settings: ModelSettings,
-                constraint: Constraint | None = None,
-                ) -> ModelError | StructuredOutputUnsupported:
-    """Turn an openai exception into a ModelError that says what to check (or, when the
-    server refused the request's constraint, the configuration error that names it)."""
-    where = f"model {settings.model!r} at {settings.effective_base_url()}"
-    if isinstance(exc, openai.APITimeoutError):
-        return ModelError(
-            f"{where} did not answer within {settings.timeout}s; "
-            "raise the timeout or check the server's load"
-        )
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return ModelError(
-            f"cannot reach the model server for {where} ({cause!r}); check base_url "
-            "(or OPENAI_BASE_URL) and that the server is running"
-        )
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        body = exc.body
-        refused = refusal(status, f"{exc.message} {body}", settings, constraint)
-        if refused is not None:
-            return refused
-        detail = body.get("message") if isinstance(body, dict) else None
-        hints = {
-            401: f"check the API key in ${settings.api_key_env}",
-            403: f"the key in ${settings.api_key_env} may not have access to this model",
-            404: "check the model name and base_url",
-            429: "rate limited or out of quota; retry later",
-        }
-        hint = hints.get(status) or (
-            "the model server failed; retry or check its logs"
-            if status >= 500
-            else "check the model name and the request"
-        )
-        return ModelError(
-            f"{where} answered HTTP {status}: {detail or exc.message} ({hint})",
-            status_code=status,
-        )
-    return ModelError(f"{where}: {exc}")
+class ModelError(PlancastError):
+    """A model call failed (server unreachable, rejected request, server error).
+
+    The message says what to check: the base URL, the API key or the model name.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        """The HTTP status the model server answered with; None if it was never reached."""
+
+
+class StructuredOutputUnsupported(ModelConfigError):
+    """The model's server refused the structured-output constraint we sent (HTTP 400/500
+    naming ``response_format``, ``grammar`` ...): the preset's ``structured`` setting does
+    not match the server. Retrying cannot help; the message names the setting to change."""
+
+
+class LocalModelMissing(PlancastError):
+    """The ``local`` extra (or the model file) is not installed."""
+
+
+class LocalModelStartError(PlancastError):
+    """The server exited or did not answer in time; the message ends with its log."""

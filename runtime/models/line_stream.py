@@ -18,7 +18,7 @@ import openai
 from protocols import Usage
 
 from .chat_stream import ChatChunkStream, ChunkUsage
-from .errors import model_error
+from .failures import model_error
 from .json_stream import StepArrayReader
 from .structured import Constraint
 

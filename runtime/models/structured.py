@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..config import DIALECTS
-from ..errors import StructuredOutputUnsupported
 from ..tools import args_schema
+from .errors import StructuredOutputUnsupported
 from .grammar import (
     PLAN_SCHEMA_NAME,
     Grammar,

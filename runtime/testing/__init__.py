@@ -5,6 +5,7 @@ from ._scenario import Latency as Latency
 from ._scenario import Rejection as Rejection
 from ._scenario import Rule as Rule
 from ._scenario import Scenario as Scenario
+from ._scenario import ScenarioError as ScenarioError
 from ._scenario import ScriptedToolCall as ScriptedToolCall
 from ._scenario import load_scenario as load_scenario
 from ._scenario import parse_scenario as parse_scenario
@@ -20,6 +21,7 @@ __all__ = (
     "Rejection",
     "Rule",
     "Scenario",
+    "ScenarioError",
     "ScriptedModelServer",
     "ScriptedToolCall",
     "load_scenario",

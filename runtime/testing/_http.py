@@ -14,13 +14,15 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ..errors import PlancastError
+
 MAX_HEAD = 64 * 1024
 MAX_BODY = 32 * 1024 * 1024
 SERVER_HEADERS = {"server": "plancast-scripted", "x-plancast-scripted": "1"}
 """Sent on every response, so nobody mistakes the scripted model for a real one."""
 
 
-class HttpProtocolError(Exception):
+class HttpProtocolError(PlancastError):
     """The client sent something that is not HTTP/1.1 we can read; answer 400 and close."""
 
 

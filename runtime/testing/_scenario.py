@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..config import ROLE_HEADER
-from ..errors import ScenarioError
+from ..errors import PlancastError
 
 _ROLE_MARKER = re.compile(r"\[role:([A-Za-z0-9_.-]+)\]")
 
@@ -278,3 +278,7 @@ def rule_matches(rule: Rule, request: RequestView) -> bool:
         )
         and (rule.after is None or request.index >= rule.after)
     )
+
+
+class ScenarioError(PlancastError):
+    """A scripted-model scenario file or object is invalid; the message names the field."""

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from ..errors import ScenarioError
-from ._scenario import Scenario, load_scenario
+from ._scenario import Scenario, ScenarioError, load_scenario
 from ._server import open_scripted_model_server
 
 __all__ = ["main"]

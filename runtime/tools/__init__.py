@@ -11,6 +11,10 @@ from .context import current_step as current_step
 from .demo import EchoArgs as EchoArgs
 from .demo import echo_tool as echo_tool
 from .demo import sleep_tool as sleep_tool
+from .errors import ToolArgumentsError as ToolArgumentsError
+from .errors import ToolError as ToolError
+from .errors import UnknownTool as UnknownTool
+from .errors import UnsupportedArchitecture as UnsupportedArchitecture
 from .http_get import HttpGetTool as HttpGetTool
 from .math_eval import MathTool as MathTool
 from .math_eval import evaluate as evaluate
@@ -34,7 +38,11 @@ __all__ = (
     "StepContext",
     "StructTool",
     "Tool",
+    "ToolArgumentsError",
+    "ToolError",
     "ToolRegistry",
+    "UnknownTool",
+    "UnsupportedArchitecture",
     "args_schema",
     "builtin_tools",
     "current_step",

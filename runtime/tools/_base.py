@@ -14,7 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast, get_type_hints, runtim
 
 import msgspec
 
-from ..errors import ToolArgumentsError
+from .errors import ToolArgumentsError
 
 A = TypeVar("A", bound=msgspec.Struct)
 

@@ -22,8 +22,8 @@ import anyio
 import httpx2
 import msgspec
 
-from ..errors import ToolError
 from ._base import StructTool
+from .errors import ToolError
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 

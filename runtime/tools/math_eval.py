@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..errors import ToolError
 from ._base import StructTool
+from .errors import ToolError
 
 Number = int | float
 

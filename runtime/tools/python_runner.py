@@ -31,12 +31,12 @@ import anyio.to_thread
 import msgspec
 from anyio.abc import ByteReceiveStream
 
-from ..dag import INPUTS_FILE, bind_inputs
-from ..errors import ToolError
 from ._base import StructTool
+from .code_inputs import INPUTS_FILE, bind_inputs
 from .context import current_step
+from .errors import ToolError, UnsupportedArchitecture
 from .sandbox import NOBODY, SANDBOXES, WORKDIR, find_bwrap, sandboxed
-from .seccomp import UnsupportedArchitecture, filter_fd
+from .seccomp import filter_fd
 from .step_cgroup import StepCgroup, open_step_cgroup
 
 # Runs first in the child: set the limits, then replace itself with a clean interpreter.

@@ -22,8 +22,8 @@ from typing import Annotated
 import anyio.to_thread
 import msgspec
 
-from ..errors import ToolError
 from ._base import StructTool
+from .errors import ToolError
 
 KERNEL_FILES = (Path("/proc"), Path("/sys"), Path("/dev"))
 MAX_SYMLINKS = 40

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from ..errors import UnknownTool
 from ._base import Tool, openai_spec
 from .demo import echo_tool, sleep_tool
+from .errors import UnknownTool
 from .http_get import HttpGetTool
 from .math_eval import MathTool
 from .python_runner import PythonRunner

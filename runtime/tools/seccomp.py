@@ -24,6 +24,8 @@ import platform
 import struct
 from dataclasses import dataclass
 
+from .errors import UnsupportedArchitecture
+
 # Classic BPF opcodes (linux/bpf_common.h) and seccomp return values (linux/seccomp.h).
 _LD_W_ABS = 0x00 | 0x00 | 0x20
 _JEQ_K = 0x05 | 0x10 | 0x00
@@ -68,10 +70,6 @@ DENIED = ("add_key", "request_key", "keyctl", "setns", "mount", "umount2", "pivo
           "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
           "mount_setattr")
 """Refused whatever their arguments."""
-
-
-class UnsupportedArchitecture(RuntimeError):
-    """No system call table for this machine: the sandbox cannot be filtered here."""
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:

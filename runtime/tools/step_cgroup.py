@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from ..errors import ToolError
+from .errors import ToolError
 
 log = logging.getLogger(__name__)
 

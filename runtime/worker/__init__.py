@@ -1,14 +1,14 @@
 """worker."""
+from .errors import ChildExited as ChildExited
+from .errors import SupervisorEscalation as SupervisorEscalation
 from .loop import backend_options as backend_options
 from .loop import tune_gc as tune_gc
 from .process import open_deployment as open_deployment
 from .process import serve_actors as serve_actors
-from .supervisor import ChildExited as ChildExited
 from .supervisor import ChildSpec as ChildSpec
 from .supervisor import Restart as Restart
 from .supervisor import Strategy as Strategy
 from .supervisor import Supervisor as Supervisor
-from .supervisor import SupervisorEscalation as SupervisorEscalation
 from .supervisor import process_child as process_child
 from .team_checks import preflight as preflight
 from .team_checks import preflight_problems as preflight_problems

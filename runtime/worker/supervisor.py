@@ -18,7 +18,8 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from ..errors import PlancastError, SetupError
+from ..errors import SetupError
+from .errors import ChildExited, SupervisorEscalation
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +40,6 @@ class Restart(enum.Enum):
     """Restarted only when it crashed (an exception), not when it returned."""
     TEMPORARY = "temporary"
     """Never restarted."""
-
-
-class SupervisorEscalation(PlancastError):
-    """Children crashed more often than the restart intensity allows; all were stopped."""
-
-
-class ChildExited(PlancastError):
-    """A child process exited with a non-zero status or a signal."""
 
 
 @dataclass

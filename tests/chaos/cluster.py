@@ -1,6 +1,6 @@
 """Three JetStream nodes for the chaos suite: n1 and n2 in the root namespace, n3 on the side.
 
-Like ``runtime.bus.embedded.start_cluster``, but each node listens where its namespace puts
+Like ``runtime.embedded.start_cluster``, but each node listens where its namespace puts
 it, n3's process runs inside the side namespace, and the nodes ping their routes and
 clients every second, so a connection that went silent in a partition is dropped within
 seconds instead of the default two minutes (the route then re-forms once healed). With
@@ -10,20 +10,23 @@ authenticate to each other (``tests.chaos.users``).
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import signal
 import stat
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
-
-from runtime.bus import NatsServerProcess, find_nats_server, free_port
+from runtime._proc import wait_ready_off_loop
+from runtime.bus import (
+    NatsServerProcess,
+    cluster_formed,
+    find_nats_server,
+    free_ports,
+    meta_leader_elected,
+)
 
 from .netns import Network
 from .users import Users
@@ -71,15 +74,8 @@ class Node:
         self.stopped = False
 
     async def start(self) -> None:
-        """(Re)start on the same ports; returns once it accepts clients.
-
-        Spawned from the event loop's thread, as ``runtime.bus.embedded`` requires (the server
-        dies with the thread that forked it); the readiness poll runs off the loop.
-        """
-        self.server._spawn()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not await anyio.to_thread.run_sync(self.server._ready, deadline):  # noqa: ASYNC110
-            await anyio.sleep(0.05)
+        """(Re)start on the same ports; returns once it accepts clients."""
+        await self.server.start_async(READY_TIMEOUT)
 
 
 def _side_executable(base: Path, network: Network) -> str:
@@ -96,10 +92,7 @@ async def start_nodes(base: Path, network: Network, users: Users | None = None) 
     """n1, n2 (root) and n3 (side), routed to each other; returns once a meta leader rules.
     With ``users``, clients must log in as one of them and routes with the route secret."""
     hosts = [network.root_addr, network.root_addr, network.side_addr]
-    ports: list[int] = []
-    while len(ports) < 3:
-        if (port := free_port()) not in ports:
-            ports.append(port)
+    ports = free_ports(3)
     routes = [users.route_url(h, p) if users else f"nats-route://{h}:{p}"
               for h, p in zip(hosts, ports, strict=True)]
     nodes = []
@@ -116,12 +109,9 @@ async def start_nodes(base: Path, network: Network, users: Users | None = None) 
     try:
         for node in nodes:
             await node.start()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not await anyio.to_thread.run_sync(cluster_ready, nodes):
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {n.name}:\n{n.server.log_tail(10)}" for n in nodes)
-                raise RuntimeError(f"no JetStream meta leader after {READY_TIMEOUT}s\n{logs}")
-            await anyio.sleep(0.2)
+        elected = functools.partial(meta_leader_elected, [n.server for n in nodes],
+                                    timeout=READY_TIMEOUT)
+        await wait_ready_off_loop(elected, time.monotonic() + READY_TIMEOUT, 0.2)
     except BaseException:
         for node in nodes:
             node.kill()
@@ -131,31 +121,7 @@ async def start_nodes(base: Path, network: Network, users: Users | None = None) 
 
 def cluster_ready(nodes: Sequence[Node]) -> bool:
     """Every node is healthy and they agree on a meta leader that has all peers current."""
-    leaders = set()
-    for node in nodes:
-        base = node.server.monitor_url
-        health, jsz = _get(f"{base}/healthz"), _get(f"{base}/jsz")
-        if not isinstance(health, dict) or health.get("status") != "ok" \
-                or not isinstance(jsz, dict):
-            return False
-        meta = jsz.get("meta_cluster") or {}
-        leaders.add(meta.get("leader") or "")
-        if meta.get("leader") == node.name:
-            peers = meta.get("replicas") or []
-            if len(peers) != len(nodes) - 1 or not all(p.get("current") for p in peers):
-                return False
-    return len(leaders) == 1 and "" not in leaders
-
-
-def _get(url: str) -> object:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as error:
-        with error:
-            return json.load(error)
-    except (OSError, ValueError):
-        return None
+    return cluster_formed([node.server for node in nodes])
 
 
 def stop_nodes(nodes: Sequence[Node]) -> None:

@@ -8,17 +8,17 @@ per-role users, each member connects as its role's user (``NATS_CREDS``).
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+
+from runtime._proc import die_with_parent
 
 from .evidence import last_line
 from .netns import Network
@@ -54,17 +54,6 @@ class Member:
         return self.proc is not None and self.proc.poll() is None
 
 
-def _die_with_parent() -> Callable[[], None]:
-    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 class Fleet:
     def __init__(self, team_file: Path, env: dict[str, str], network: Network,
                  log_dir: Path, members: Sequence[Member], users: Users | None = None) -> None:
@@ -97,7 +86,7 @@ class Fleet:
             proc = subprocess.Popen(  # noqa: ASYNC220
                 self.network.wrap(argv, side=member.side), env=self.env_of(member), cwd=ROOT,
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
-                start_new_session=True, preexec_fn=_die_with_parent())
+                start_new_session=True, preexec_fn=die_with_parent())
         member.proc, member.stopped = proc, False
         member.pids.append(proc.pid)
         assert proc.stdout is not None

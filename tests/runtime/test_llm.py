@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.config import ModelSettings
-from runtime.errors import ModelConfigError, ModelError
-from runtime.models import ModelClient, split_lines
+from runtime.config import ModelConfigError, ModelSettings
+from runtime.models import ModelClient, ModelError, split_lines
 from runtime.testing import (
     Latency,
     Rule,

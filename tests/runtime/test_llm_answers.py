@@ -15,8 +15,7 @@ import pytest
 from anyio.abc import SocketStream
 
 from runtime.config import ModelSettings
-from runtime.errors import ModelError
-from runtime.models import ModelClient
+from runtime.models import ModelClient, ModelError
 
 from .test_llm import UNSET_KEY, USER
 from .test_llm_sse import BOUND, read_request, serve_raw

@@ -16,8 +16,7 @@ from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from runtime.config import ModelSettings
-from runtime.errors import ModelError
-from runtime.models import LineStream, ModelClient, SseEvents, decode_chunk
+from runtime.models import LineStream, ModelClient, ModelError, SseEvents, decode_chunk
 from runtime.testing import read_request as read_http_request
 
 from .test_llm import UNSET_KEY, USER

@@ -9,8 +9,15 @@ import msgspec
 import pytest
 
 from runtime.config import ModelSettings
-from runtime.errors import ModelError, StructuredOutputUnsupported
-from runtime.models import Constraint, PlanShape, RoleTools, answer_constraint, plan_constraint
+from runtime.models import (
+    Constraint,
+    ModelError,
+    PlanShape,
+    RoleTools,
+    StructuredOutputUnsupported,
+    answer_constraint,
+    plan_constraint,
+)
 from runtime.testing import Latency, Rejection, Rule, Scenario
 
 from .test_llm import USER, model

@@ -16,8 +16,14 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from runtime.errors import ToolArgumentsError, ToolError
-from runtime.tools import PythonRunner, StepContext, current_step, step_cgroup_layout
+from runtime.tools import (
+    PythonRunner,
+    StepContext,
+    ToolArgumentsError,
+    ToolError,
+    current_step,
+    step_cgroup_layout,
+)
 
 pytestmark = pytest.mark.anyio
 

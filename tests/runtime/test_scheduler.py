@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols import Step
-from runtime.dag import Scheduler, StepState
-from runtime.errors import PlanValidationError, StepStateError
+from runtime.dag import PlanValidationError, Scheduler, StepState, StepStateError
 
 ROLES = ("researcher", "coder")
 TOOLS = ("search", "python")

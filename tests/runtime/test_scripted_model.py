@@ -16,12 +16,12 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from openai.types.chat import ChatCompletionUserMessageParam
 
-from runtime.errors import ScenarioError
 from runtime.testing import (
     FINGERPRINT,
     Latency,
     Rule,
     Scenario,
+    ScenarioError,
     ScriptedModelServer,
     ScriptedToolCall,
     load_scenario,

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.errors import ToolArgumentsError, ToolError, UnknownTool
 from runtime.tools import (
     ENTRY_POINT_GROUP,
     EchoArgs,
@@ -30,7 +29,10 @@ from runtime.tools import (
     PythonRunner,
     ReadFileTool,
     Tool,
+    ToolArgumentsError,
+    ToolError,
     ToolRegistry,
+    UnknownTool,
     builtin_tools,
     echo_tool,
     evaluate,

@@ -15,11 +15,9 @@ import re
 import tokenize
 from collections.abc import Mapping
 
-from ..errors import ToolArgumentsError
-from .graph import REF, ref_id
+from ..dag import REF, ref_id
+from .errors import ToolArgumentsError
 
-CODE_ARGS = frozenset({"code"})
-"""Tool arguments that are program text: the planner leaves their ``$N`` to the tool."""
 INPUTS_FILE = "inputs.json"
 PRELUDE = ("import json as _plancast_json; INPUTS = {int(k): v for k, v in "
            f"_plancast_json.load(open({INPUTS_FILE!r}, encoding='utf-8')).items()}}; "
