@@ -1,4 +1,6 @@
-"""The plancast machinery: NATS transport, actors, scheduling, models, tools, roles, CLI."""
+"""The plancast machinery, for programs and plugin authors: the names most of them need, from
+the packages below (config, dag, bus, models, tools, telemetry, client, actor, worker,
+gateway, cli, testing), each of which is also a face of its own."""
 
 from .actor import Actor as Actor
 from .actor import RoleActor as RoleActor
