@@ -8,37 +8,58 @@ from collections.abc import Iterable
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from protocols import PlanAwaitingApproval, SavedPlan
 
 from ..actor import RoleEntry
 from ..client import DeploymentStatus, RunStatus, parameters
+from .fit import Column, fitted_table, plain
 
 
 def render_status(status: DeploymentStatus, console: Console, *, wait: float) -> None:
     """Print the two tables people read."""
     if status.actors:
-        actors = Table(title=f"live actors ({len(status.actors)})")
-        for column in ("role", "instance", "host", "pid", "in flight", "handled",
-                       "last beat", "restarts", "draining"):
-            actors.add_column(column)
-        for a in status.actors:
-            actors.add_row(
-                a.role, a.instance, a.host, str(a.pid), ", ".join(a.in_flight) or "-",
-                str(a.handled), f"{_duration(a.last_heartbeat_age)} ago",
-                str(a.restarts) if not a.restarts else f"[yellow]{a.restarts}[/]",
-                "[yellow]yes[/]" if a.draining else "no",
-            )
-        console.print(actors)
+        console.print(fitted_table(*_actors(status, wide=console.width >= WIDE),
+                                   console.width, title=f"live actors ({len(status.actors)})"))
     else:
-        console.print(f"[yellow]no live actors[/]: no heartbeat within {wait:g}s")
+        console.print(Text.assemble(("no live actors", "yellow"),
+                                    f": no heartbeat within {wait:g}s"))
     if status.runs:
         render_runs(status.runs, console, title=f"active runs ({len(status.runs)})",
                     active=True)
     else:
-        console.print("no active runs")
+        console.print("no active runs", markup=False)
+
+
+WIDE = 100
+"""From this terminal width on, ``plancast status`` shows each actor's host and pid (the
+instance id names both) and its restarts and draining in columns of their own."""
+
+
+def _actors(status: DeploymentStatus, *, wide: bool) -> tuple[list[Column], list[list[Text]]]:
+    """The live actors table's columns and rows, wide or narrow."""
+    columns = [Column("role", cap=16), Column("instance", share=2)]
+    if wide:
+        columns += [Column("host", share=1), Column("pid")]
+    columns += [Column("in flight", share=2), Column("handled"), Column("last beat")]
+    columns += [Column("restarts"), Column("draining")] if wide else [Column("state", cap=10)]
+    rows: list[list[Text]] = []
+    for a in status.actors:
+        row = [plain(a.role), plain(a.instance)]
+        if wide:
+            row += [plain(a.host), plain(a.pid)]
+        row += [plain(", ".join(a.in_flight) or "-"), plain(a.handled),
+                plain(f"{_duration(a.last_heartbeat_age)} ago")]
+        if wide:
+            row += [Text(str(a.restarts), style="yellow" if a.restarts else ""),
+                    Text("yes", style="yellow") if a.draining else plain("no")]
+        else:
+            said = [f"{a.restarts} restarts"] if a.restarts else []
+            said += ["draining"] if a.draining else []
+            row.append(Text(", ".join(said), style="yellow") if said else plain("ok"))
+        rows.append(row)
+    return columns, rows
 
 
 STATUS_STYLE = {"finished": "green", "failed": "red", "active": "yellow"}
@@ -48,48 +69,43 @@ def render_runs(runs: list[RunStatus], console: Console, *, title: str,
                 active: bool = False) -> None:
     """One row per run. ``active`` (``plancast status``): each run's owner and lease; else
     (``plancast runs``): each run's status."""
-    table = Table(title=title)
     # Ids are there to copy: never cut; the goal and the owner wrap instead.
-    table.add_column("run", no_wrap=True, min_width=max(len(r.run_id) for r in runs))
-    table.add_column("goal")
-    if active:
-        table.add_column("owner", overflow="fold")
-    for column in ("lease",) if active else ("status",):
-        table.add_column(column, no_wrap=True)
-    for column in ("steps", "tokens", "age"):
-        table.add_column(column, no_wrap=True, min_width=len(column))
+    columns = [Column("run"), Column("goal", share=3)]
+    columns += ([Column("owner", share=2), Column("lease")] if active else [Column("status")])
+    columns += [Column("steps"), Column("tokens"), Column("age")]
+    rows: list[list[Text]] = []
     for r in runs:
         if active:
-            middle = [escape(r.owner or "-"), _duration(r.lease_remaining)
-                      if r.lease_remaining >= 0 else
-                      f"[red]lapsed {_duration(-r.lease_remaining)} ago[/]"]
+            middle = [plain(r.owner or "-"),
+                      plain(_duration(r.lease_remaining)) if r.lease_remaining >= 0 else
+                      Text(f"lapsed {_duration(-r.lease_remaining)} ago", style="red")]
         else:
-            middle = [f"[{STATUS_STYLE.get(r.status, 'white')}]{escape(r.status)}[/]"]
-        table.add_row(escape(r.run_id), escape(_shorten(r.goal, 32)), *middle,
-                      f"{r.steps_done}/{r.steps_total}", str(r.tokens), _duration(r.age))
-    console.print(table)
+            middle = [Text(r.status, style=STATUS_STYLE.get(r.status, "white"))]
+        rows.append([plain(r.run_id), plain(_shorten(r.goal, 32)), *middle,
+                     plain(f"{r.steps_done}/{r.steps_total}"), plain(r.tokens),
+                     plain(_duration(r.age))])
+    console.print(fitted_table(columns, rows, console.width, title=title))
 
 
 def render_roles(found: Iterable[RoleEntry], console: Console) -> None:
     """One row per role found in the entry-point group, with whether it loads."""
-    table = Table(title="plancast roles")
-    for column in ("role", "from", "version", "target", "status"):
-        table.add_column(column)
-    for r in sorted(found, key=lambda r: r.name):
-        status = "[green]ok[/]" if r.ok else f"[red]failed: {r.error}[/]"
-        table.add_row(r.name, r.package, r.version, r.target, status)
-    console.print(table)
+    columns = [Column("role"), Column("from", share=1), Column("version"),
+               Column("target", share=2), Column("status", share=2)]
+    rows = [[plain(r.name), plain(r.package), plain(r.version), plain(r.target),
+             Text("ok", style="green") if r.ok else Text(f"failed: {r.error}", style="red")]
+            for r in sorted(found, key=lambda r: r.name)]
+    console.print(fitted_table(columns, rows, console.width, title="plancast roles"))
 
 
 def render_saved_plans(found: dict[str, SavedPlan], console: Console) -> None:
     """The plans kept in the deployment by name."""
-    table = Table(title=f"saved plans ({len(found)})", title_justify="left")
-    for column in ("name", "goal", "steps", "parameters", "from run"):
-        table.add_column(column)
-    for name, plan in found.items():
-        table.add_row(name, escape(plan.goal[:60]), str(len(plan.steps)),
-                      ", ".join(sorted(parameters(plan))), plan.source_run)
-    console.print(table)
+    columns = [Column("name", share=1), Column("goal", share=3), Column("steps"),
+               Column("parameters", share=1), Column("from run")]
+    rows = [[plain(name), plain(_shorten(plan.goal, 60)), plain(len(plan.steps)),
+             plain(", ".join(sorted(parameters(plan)))), plain(plan.source_run)]
+            for name, plan in found.items()]
+    console.print(fitted_table(columns, rows, console.width,
+                               title=f"saved plans ({len(found)})", title_justify="left"))
 
 
 def render_plan_awaiting(run_id: str, plan: PlanAwaitingApproval, console: Console) -> None:
@@ -97,15 +113,15 @@ def render_plan_awaiting(run_id: str, plan: PlanAwaitingApproval, console: Conso
     console.print(f"run {run_id}: plan of round {plan.round} awaits approval "
                   f"({plan.reviewer}, {max(plan.deadline - time.time(), 0):.0f}s left; "
                   f"digest {plan.digest})", markup=False, soft_wrap=True)
-    table = Table()
-    for column in ("id", "role", "does", "after"):
-        table.add_column(column)
+    columns = [Column("id"), Column("role", share=1), Column("does", share=4),
+               Column("after", share=1)]
+    rows: list[list[Text]] = []
     for step in plan.steps:
         does = (f"{step.tool} {msgspec.json.encode(step.args).decode()}" if step.tool
                 else step.instruction or "")
-        table.add_row(str(step.id), step.role, escape(does[:200]),
-                      ", ".join(map(str, step.depends_on)))
-    console.print(table)
+        rows.append([plain(step.id), plain(step.role), plain(_shorten(does, 200)),
+                     plain(", ".join(map(str, step.depends_on)))])
+    console.print(fitted_table(columns, rows, console.width))
 
 
 def _shorten(text: str, width: int = 48) -> str:

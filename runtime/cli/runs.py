@@ -18,6 +18,7 @@ import anyio
 import msgspec
 import typer
 from rich.live import Live
+from rich.text import Text
 
 from protocols import RunEvent, RunFailed, RunFinished, RunRequest, SavedPlan, encode
 
@@ -93,11 +94,13 @@ async def _show(bus: Bus, run_id: str, as_json: bool, *, cancels: bool) -> int:
                         "status`)")
         return 130
     if not as_json:
+        # The answer and the reason come from the run: Text, never read as markup.
         if isinstance(view.outcome, RunFinished):
-            console.print(f"\n[bold green]answer:[/] {view.outcome.answer}")
-        elif view.outcome is not None:
-            console.print(f"\n[bold red]run failed[/] ({view.outcome.stage}): "
-                          f"{view.outcome.reason}")
+            console.print(Text.assemble("\n", ("answer:", "bold green"), " ",
+                                        view.outcome.answer))
+        else:
+            console.print(Text.assemble("\n", ("run failed", "bold red"),
+                                        f" ({view.outcome.stage}): {view.outcome.reason}"))
     if isinstance(view.outcome, RunFailed) and view.outcome.cause == "cancelled":
         return 130
     return 0 if isinstance(view.outcome, RunFinished) else 1
@@ -139,9 +142,10 @@ def demo(
         with tempfile.TemporaryDirectory(prefix="plancast-demo-") as tmp:
             async with open_scripted_model_server(scenario, time_scale=time_scale) as model:
                 if not as_json:
-                    console.print(f"[bold]plancast demo[/] - every model answer comes from a "
-                                  f"[bold yellow]scripted model[/] at {model.base_url}, "
-                                  "not a real LLM.")
+                    console.print(Text.assemble(
+                        ("plancast demo", "bold"), " - every model answer comes from a ",
+                        ("scripted model", "bold yellow"), f" at {model.base_url}, not a "
+                        "real LLM."))
                 settings = Settings(nats_url=None, data_dir=Path(tmp))
                 # The demo's code comes from its script, not from a model: without
                 # bubblewrap it runs unsandboxed rather than not at all, and says so.

@@ -11,15 +11,17 @@ from typing import NoReturn
 from rich.console import Console
 from rich.highlighter import NullHighlighter
 from rich.logging import RichHandler
-from rich.markup import escape
+from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+# No :emoji: codes: text from a run (a goal, a model's output) is printed as it was written.
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 
 def print_error(message: str) -> None:
-    """One line on stderr, never wrapped (the message is not markup)."""
-    err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    """One line on stderr, never wrapped; the message is Text, never read as markup (it
+    quotes config tables like ``[timeouts]`` and text from outside)."""
+    err_console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

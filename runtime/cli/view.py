@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.text import Text
 
 from protocols import (
@@ -33,6 +32,8 @@ from protocols import (
     UsageRecorded,
     WorkFailed,
 )
+
+from .fit import Column, fitted_table
 
 _STYLE = {"planned": "dim", "dispatched": "yellow", "running": "cyan", "done": "green",
           "failed": "red", "retrying": "magenta", "reviewing": "blue"}
@@ -98,11 +99,12 @@ class RunView:
                 s = event.step
                 depth = max((self.rows[d].depth + 1 for d in s.depends_on if d in self.rows),
                             default=0)
-                self.rows[s.id] = _Row(s.title or s.tool or (s.instruction or "")[:40], s.role,
-                                       ",".join(map(str, s.depends_on)) or "-", depth=depth)
+                title = _one_line(s.title or s.tool or "") or _one_line(s.instruction or "", 40)
+                self.rows[s.id] = _Row(title, s.role, ",".join(map(str, s.depends_on)) or "-",
+                                       depth=depth)
             case StepAwaitingApproval():
                 row = self.rows[event.step_id]
-                row.state, row.note = "awaiting approval", event.reason[:200]
+                row.state, row.note = "awaiting approval", _one_line(event.reason)
             case StepApproved():
                 self.rows[event.step_id].note = f"approved by {event.by}"
             case StepDispatched():
@@ -116,68 +118,68 @@ class RunView:
                     self.children.setdefault(event.child_run, RunView(event.child_run))
             case StepFinished():
                 row = self.rows[event.step_id]
-                row.state, row.note = "done", event.output.replace("\n", " ")[:200]
+                row.state, row.note = "done", _one_line(event.output)
                 row.took = event.duration or (event.ts - row.started if row.started else None)
             case StepFailed():
                 row = self.rows[event.step_id]
                 row.state = "retrying" if event.will_retry else "failed"
-                row.note = event.error[:200]
+                row.note = _one_line(event.error)
             case StepReviewing():
                 row = self.rows[event.step_id]
                 row.state, row.verdict = "reviewing", ""
             case CriticVerdict():
                 row = self.rows[event.step_id]
                 row.verdict = "✓ approved" if event.approved else "✗ rejected"
-                row.note = f"critic: {event.critique[:200]}"
+                row.note = _one_line(f"critic: {event.critique}")
             case PlanRejected():
-                self.notes.append(f"plan rejected: {event.error[:100]}")
+                self._note(f"plan rejected: {event.error}")
                 # The planner drops the rejected plan's steps that were never dispatched.
                 self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
             case PlanAwaitingApproval():
-                self.notes.append(f"plan of round {event.round} awaits approval "
-                                  f"({event.reviewer}): plancast plan show {self.run_id}")
+                self._note(f"plan of round {event.round} awaits approval "
+                           f"({event.reviewer}): plancast plan show {self.run_id}")
             case PlanApproved():
-                edit = f", edited: {event.changes[:100]}" if event.edited else ""
-                self.notes.append(f"plan of round {event.round} approved by {event.by}{edit}")
+                edit = f", edited: {event.changes}" if event.edited else ""
+                self._note(f"plan of round {event.round} approved by {event.by}{edit}")
                 if event.edited:  # its steps are planned again, as edited
                     self.rows = {k: r for k, r in self.rows.items() if r.state != "planned"}
             case ReplanStarted():
-                self.notes.append(f"replan {event.round} ({event.source}): {event.reason[:100]}")
+                self._note(f"replan {event.round} ({event.source}): {event.reason}")
             case UsageRecorded():
                 self.usage = event.total
             case RunResumed():
-                self.notes.append(f"taken over by {event.planner} (from {event.previous})")
+                self._note(f"taken over by {event.planner} (from {event.previous})")
             case WorkFailed():
                 what = event.work + (f" {event.step_id}" if event.step_id else "")
                 again = "retrying" if event.will_retry else "given up"
-                self.notes.append(f"{what} failed on {event.actor} ({again}): "
-                                  f"{event.error[:100]}")
+                self._note(f"{what} failed on {event.actor} ({again}): {event.error}")
             case OutcomeRefused():
-                self.notes.append(f"refused {event.kind} from {event.sender or '?'}: "
-                                  f"{event.reason[:100]}")
+                self._note(f"refused {event.kind} from {event.sender or '?'}: {event.reason}")
             case RunFinished() | RunFailed():
                 self.outcome = event
                 self.usage = event.usage
 
+    def _note(self, text: str) -> None:
+        """A line below the table (shown in full, up to NOTE_LINES terminal lines)."""
+        self.notes.append(_one_line(text))
+
     def render(self, width: int = 120) -> RenderableType:
-        """The table, fitted to ``width`` columns (the output column gets what is left)."""
-        table = Table(title=f"{self.run_id}: {self.goal}", title_justify="left", expand=False)
-        for col in ("#", "role", "deps", "step", "state", "critic", "took"):
-            table.add_column(col, no_wrap=True, max_width=24)
-        room = max(12, width - 92)
-        table.add_column("output", no_wrap=True, max_width=room)
-        for cells in self._lines(room, "", 0):
-            table.add_row(*cells)
-        parts: list[RenderableType] = [table]
-        parts += [Text(n, style="yellow") for n in self.notes[-3:]]
+        """The run's goal, its table of steps and the latest notes, fitted to ``width``
+        columns. Every string from the run is a ``Text``, never read as markup."""
+        wide = width >= WIDE
+        rows = [_cells(line, wide) for line in self._lines("", 0)]
+        parts: list[RenderableType] = [
+            Text(f"{self.run_id}: {_one_line(self.goal)}"),
+            fitted_table(_COLUMNS[wide], rows, width)]
+        parts += [_Clipped(Text(n, style="yellow", overflow="fold"), NOTE_LINES)
+                  for n in self.notes[-3:]]
         parts.append(Text(usage_line(self.usage), style="dim"))
         return Group(*parts)
 
-
-    def _lines(self, room: int, number: str, level: int) -> list[list[RenderableType]]:
+    def _lines(self, number: str, level: int) -> list[_Line]:
         """The table's rows: each step, and under a step done by a sub-team, its child run's
         steps, numbered ``step.child_step`` and indented one level more."""
-        now, lines = time.time(), list[list[RenderableType]]()
+        now, lines = time.time(), list[_Line]()
         for sid, row in sorted(self.rows.items()):
             took = row.took if row.took is not None else (
                 now - row.started if row.started and row.state == "running" else None)
@@ -188,12 +190,86 @@ class RunView:
             note = row.note or row.executor
             if child is not None and row.state == "running":
                 note = f"sub-team {row.child}: {child.progress()}"
-            lines.append([f"{number}{sid}", row.role, row.deps, "  " * level + shape,
-                          Text(state, style=_STYLE.get(row.state, "")), row.verdict,
-                          f"{took:.2f}s" if took is not None else "", _clip(note, room)])
+            lines.append(_Line(f"{number}{sid}", row.role, row.deps, "  " * level + shape,
+                               state, _STYLE.get(row.state, ""), row.verdict,
+                               f"{took:.2f}s" if took is not None else "", note))
             if child is not None:
-                lines += child._lines(room, f"{number}{sid}.", level + 1)
+                lines += child._lines(f"{number}{sid}.", level + 1)
         return lines
+
+
+WIDE = 100
+"""From this width on the table has a column each for a step's dependencies and the
+critic's verdict; narrower, they join the step and state columns (80 columns fit)."""
+
+NOTE_LINES = 3
+"""Terminal lines a note below the table may take before it is cut (with a visible …)."""
+
+NOTE_CHARS = 2000
+"""What the view keeps of a step's output or error (the table shows what fits)."""
+
+
+@dataclass
+class _Line:
+    """One row of the table, as text."""
+
+    number: str
+    role: str
+    deps: str
+    step: str
+    state: str
+    style: str
+    verdict: str
+    took: str
+    note: str
+
+
+_COLUMNS = {
+    # The number and the state are never cut; the step wraps; its output is one line that
+    # ends in a visible … where the terminal does.
+    True: [Column("#"), Column("role", cap=14), Column("deps", cap=12), Column("step", share=2),
+           Column("state"), Column("critic"), Column("took"),
+           Column("output", share=3, overflow="ellipsis", no_wrap=True)],
+    False: [Column("#"), Column("role", cap=12), Column("step", share=2), Column("state"),
+            Column("took"), Column("output", share=3, overflow="ellipsis", no_wrap=True)],
+}
+
+
+def _cells(line: _Line, wide: bool) -> list[Text]:
+    """A line's cells, for the wide or the narrow table."""
+    state = Text(line.state, style=line.style)
+    if wide:
+        return [Text(line.number), Text(line.role), Text(line.deps), Text(line.step), state,
+                Text(line.verdict), Text(line.took), Text(line.note)]
+    step = Text(line.step)
+    if line.deps != "-":
+        step.append(f" ←{line.deps}", style="dim")
+    if line.verdict:
+        state.append(" " + line.verdict[:1])
+    return [Text(line.number), Text(line.role), step, state, Text(line.took),
+            Text(line.note)]
+
+
+class _Clipped:
+    """Text wrapped at the terminal's width to at most ``lines`` lines, the last ending in
+    … if there was more (a long error stays readable without pushing the table away)."""
+
+    def __init__(self, text: Text, lines: int) -> None:
+        self.text, self.lines = text, lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wrapped = list(self.text.wrap(console, options.max_width))
+        if len(wrapped) > self.lines:
+            wrapped = wrapped[: self.lines]
+            wrapped[-1].rstrip()
+            wrapped[-1].truncate(options.max_width - 1)
+            wrapped[-1].append("…")
+        yield Text("\n").join(wrapped)
+
+
+def _one_line(text: str, limit: int = NOTE_CHARS) -> str:
+    """``text`` on one line (whitespace runs made one space), at most ``limit`` long."""
+    return _clip(" ".join(text.split()), limit)
 
 
 def _clip(text: str, width: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -186,3 +187,31 @@ async def test_render_status_shows_both_tables() -> None:
     assert "1/3" in text
     assert "find out what r-render is about" in text
     assert "…" in text  # the long goal is shortened
+
+
+async def test_render_status_fits_80_columns_and_shows_text_as_written() -> None:
+    """At 80 columns every header and id is whole (not ``st…``), every line fits, and a
+    goal holding markup or an emoji code is shown as written."""
+    now = time.time()
+    actor = {"role": "synthesizer", "instance": "worker-host-12345-ab12",
+             "host": "worker-host", "pid": 12345, "in_flight": ["run-0123456789ab"],
+             "handled": 7, "restarts": 2, "draining": True, "started_at": now - 60,
+             "interval": HEARTBEAT, "last_heartbeat_age": 0.4}
+    goal = "[/x] [bold] :thumbs_up: [/INST]"
+    runs = [run_status(msgspec.structs.replace(
+        record("run-0123456789ab", now=now), request=RunRequest(goal=goal)), now, done={1})]
+    for width, headers in (
+        (80, ("role", "instance", "in flight", "handled", "last beat", "state")),
+        (120, ("role", "instance", "host", "pid", "in flight", "handled", "last beat",
+               "restarts", "draining")),
+    ):
+        console = Console(width=width, record=True, file=io.StringIO())
+        status = msgspec.convert({"actors": [actor], "runs": []}, DeploymentStatus)
+        render_status(msgspec.structs.replace(status, runs=runs), console, wait=WAIT)
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width, text
+        assert "┃ " + " ┃ ".join(headers) + " ┃" in " ".join(text.split()), text
+        assert re.search(r"┃ run +┃ goal +┃ owner +┃ lease +┃ steps +┃ tokens +┃ age +┃", text)
+        assert "│ run-0123456789ab │" in text, text
+        assert all(word in text for word in goal.split()), text
+        assert "│ synthesizer │" in text, text  # a role name is never folded
