@@ -59,11 +59,14 @@ from .jetstream import acknowledged as acknowledged
 from .jetstream import outcome as outcome
 from .kv import WATCH_LINGER as WATCH_LINGER
 from .kv import current_values as current_values
+from .local import PORT as PORT
 from .local import SECRET as SECRET
+from .local import SERVES as SERVES
 from .local import URL as URL
 from .local import holding as holding
 from .local import running as running
 from .local import secret_of as secret_of
+from .local import serving as serving
 from .nats_client import header_block as header_block
 from .private_files import private_dir as private_dir
 from .private_files import read_private as read_private
@@ -93,9 +96,11 @@ __all__ = (
     "FENCE_BUSY",
     "HEARTBEAT",
     "MAX_OBJECT_BYTES",
+    "PORT",
     "PULL_CAP",
     "RETRY_CAP",
     "SECRET",
+    "SERVES",
     "TRANSIENT",
     "UNCONFIRMED",
     "URL",
@@ -159,6 +164,7 @@ __all__ = (
     "read_private",
     "running",
     "secret_of",
+    "serving",
     "start_cluster",
     "stream_configs",
     "stream_missing",

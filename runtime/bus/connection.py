@@ -30,9 +30,9 @@ from .auth import read_creds
 from .core import Bus
 from .embedded import open_embedded_server
 from .errors import NatsUnreachable
-from .local import deployment_secret, holding, running, secret_of
+from .local import announce, deployment_secret, holding, last_port, running, secret_of
 from .nats_client import PlancastClient
-from .private_files import private_dir, write_private
+from .private_files import private_dir
 from .provisioning import HEADERS_ROOM, Retry, check_provisioned, provision
 
 log = logging.getLogger(__name__)
@@ -183,12 +183,15 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
 
 
 @asynccontextmanager
-async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncIterator[Bus]:
+async def open_bus(settings: Settings, *, ensure_streams: bool = True,
+                   serves: str | None = None) -> AsyncIterator[Bus]:
     """Connect (to the local deployment, or starting an embedded server, if no URL is
     set), provision, yield, close.
 
     With the local deployment, the bus's ``settings.token`` is its secret (whatever
     ``NATS_TOKEN`` said): every actor of the process connects with it and may key on it.
+    A server started here is recorded as serving ``serves`` (see ``local.announce``), on
+    the port it had when it last ran here, if that is free.
     """
     async with AsyncExitStack() as stack:
         url = settings.nats_url
@@ -200,9 +203,15 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True) -> AsyncI
             private_dir(settings.data_dir)
             url_file = stack.enter_context(holding(store))
             secret = deployment_secret(store)
-            server = await stack.enter_async_context(open_embedded_server(store, token=secret))
+            port, was = last_port(store)
+            server = await stack.enter_async_context(
+                open_embedded_server(store, token=secret, port=port or 0))
             url = server.url
-            write_private(url_file, url)  # after the secret: a joiner finds both
+            if was and server.port != was:
+                log.warning("the local deployment moved from port %d (taken by another "
+                            "program) to %d: restart the clients it had (plancast serve ...)",
+                            was, server.port)
+            announce(url_file.parent, url, server.port, serves)  # after the secret
             settings = settings.model_copy(update={"token": secret})
             log.info("started embedded nats-server at %s (clients need the secret in %s)",
                      url, store)

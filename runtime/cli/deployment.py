@@ -30,6 +30,7 @@ from .options import (
     team_tools,
 )
 from .render import render_roles, render_status
+from .served import DEFAULT_TEAM, ServedTeam, check_same_team
 from .terminal import console, err_console
 
 
@@ -65,7 +66,7 @@ def worker(
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve actors of the named roles until SIGTERM/SIGINT (then drain)."""
-    _serve(begin(connection, verbose, "worker", needs="any", quiet=False), team, role)
+    _serve(begin(connection, verbose, "worker", needs="any", quiet=False), "worker", team, role)
 
 
 @connection_flags()
@@ -75,22 +76,28 @@ def up(
     connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Serve every role of the team in this process until SIGTERM/SIGINT."""
-    _serve(begin(connection, verbose, "up", needs="any", quiet=False), team, None)
+    """Serve every role of the team in this process until SIGTERM/SIGINT.
+
+    Where a local deployment runs already, this serves it too, if its team is the same."""
+    _serve(begin(connection, verbose, "up", needs="any", quiet=False), "up", team, None)
 
 
-def _serve(command: Started, team: Path | None, roles: list[str] | None) -> None:
+def _serve(command: Started, name: str, team: Path | None, roles: list[str] | None) -> None:
     settings = command.settings
 
     async def main() -> int:
-        team_config = team_file(team)
+        path = team or DEFAULT_TEAM
+        team_config = team_file(path)
         tools = team_tools(team_config)
         preflight(team_config, tools, roles)
+        if command.local:  # joining the one `plancast up` runs: only to serve its team
+            check_same_team(settings, name, path, team_config)
         if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
             err_console.print("no --nats and no local deployment (plancast up): starting a "
                               "private server that only this process uses", markup=False,
                               highlight=False, soft_wrap=True)
-        async with open_bus(settings) as bus, anyio.create_task_group() as tg:
+        serves = ServedTeam.of(path, team_config).encode()  # if it starts the server
+        async with open_bus(settings, serves=serves) as bus, anyio.create_task_group() as tg:
             actors = build_team_actors(bus, team_config, tools, roles)
             await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)

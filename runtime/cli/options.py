@@ -23,6 +23,7 @@ from ..config import Settings, TeamConfig, load_team
 from ..errors import PlancastError
 from ..tools import ToolRegistry, builtin_tools
 from ..worker import backend_options, tune_gc
+from .served import served_by_local
 from .terminal import err_console, print_error, reader_gone, setup_logging
 
 CredsOpt = Annotated[
@@ -118,23 +119,27 @@ def build_settings(connection: Connection) -> Settings:
         raise typer.Exit(2) from None
 
 
-def local_deployment(settings: Settings) -> Settings:
+def local_deployment(settings: Settings) -> tuple[Settings, bool]:
     """Without ``--nats`` (or with the URL it printed): the deployment ``plancast up``
-    runs on this machine, if any, with its secret as the token (the user passes nothing)."""
+    runs on this machine, if any, with its secret as the token (the user passes nothing);
+    and whether that is the one the settings now name."""
     store = settings.data_dir / "nats"
     try:
         if (url := running(store)) is None or settings.nats_url not in (None, url):
-            return settings
+            return settings, False
         secret = secret_of(store)
+        team = served_by_local(settings)
     except PlancastError as exc:  # a URL or secret others could read or write
         if settings.nats_url:
-            return settings  # not ours to use: the server named is asked as it is
+            return settings, False  # not ours to use: the server named is asked as it is
         print_error(str(exc))
         raise typer.Exit(2) from None
     if not settings.nats_url:
-        err_console.print(f"using the local deployment at {url} (started by plancast up; "
-                          "--nats to choose another)", markup=False, highlight=False)
-    return settings.model_copy(update={"nats_url": url, "token": secret})
+        serves = f"team {team.file}, " if team else ""
+        err_console.print(f"using the local deployment at {url} ({serves}started by plancast "
+                          "up; --nats to choose another)", markup=False, highlight=False,
+                          soft_wrap=True)
+    return settings.model_copy(update={"nats_url": url, "token": secret}), True
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,9 @@ class Started:
 
     settings: Settings
     verbose: bool
+    local: bool = False
+    """It joins the local deployment (``plancast up`` on this machine): a team it is given
+    must be the one that deployment serves (``served.check_same_team``)."""
 
     def run(self, main: Callable[[], Awaitable[int]]) -> NoReturn:
         """Run ``main`` and exit with its code (see :func:`run_async`)."""
@@ -171,9 +179,9 @@ def begin(connection: Connection, verbose: bool, command: str, *,
     """The preamble of a command that talks to NATS: log lines, settings, the deployment.
     What it cannot find is one line naming the command, and exit 2."""
     setup_logging(verbose, quiet=quiet)
-    settings = build_settings(connection)
+    settings, local = build_settings(connection), False
     if needs != "server":
-        settings = local_deployment(settings)
+        settings, local = local_deployment(settings)
     if not settings.nats_url and needs == "deployment":
         print_error(f"plancast {command} needs a running deployment: pass --nats URL or set "
                     "NATS_URL, or start one here with `plancast up`")
@@ -181,7 +189,7 @@ def begin(connection: Connection, verbose: bool, command: str, *,
     if not settings.nats_url and needs == "server":
         print_error(f"plancast {command} needs a server: pass --nats URL or set NATS_URL")
         raise typer.Exit(2)
-    return Started(settings, verbose)
+    return Started(settings, verbose, local)
 
 
 def _expected(exc: BaseException) -> BaseException | None:

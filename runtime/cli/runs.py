@@ -55,6 +55,7 @@ from .options import (
     team_tools,
 )
 from .render import render_runs
+from .served import DEFAULT_TEAM, ServedTeam, check_same_team, given_team
 from .terminal import console, print_error, setup_logging
 from .view import RunView
 
@@ -189,7 +190,8 @@ def run(
              "default: the team's review_plan.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Run a goal. With --nats, hand it to the workers there; else run the team here."""
+    """Run a goal. With --nats, hand it to the workers there; else to the local deployment
+    (`plancast up`), if one runs, which must serve the team given; else run the team here."""
     command = begin(connection, verbose, "run", needs="any")
     settings = command.settings
     stored = plan is not None and not _is_file(plan)  # a name in the deployment's bucket
@@ -211,11 +213,14 @@ def run(
 
     async def main() -> int:
         if settings.nats_url:
+            if command.local and (given := given_team(team)) is not None:
+                check_same_team(settings, "run", given, team_file(given))
             async with open_bus(settings) as bus:
                 wanted = request or request_of(await stored_plan(bus, plan or ""))
                 return await _run_and_show(bus, wanted, as_json)
         assert request is not None
-        team_config = team_file(team)
+        path = team or DEFAULT_TEAM
+        team_config = team_file(path)
         tools = team_tools(team_config)
         preflight(team_config, tools)
         if request.plan is not None:  # refused here rather than by the planner
@@ -225,7 +230,8 @@ def run(
             except PlanValidationError as exc:
                 raise PlanFileError(
                     f"{plan}: the plan cannot run on this team: {exc}") from None
-        async with open_deployment(settings, team_config, tools) as bus:
+        async with open_deployment(settings, team_config, tools,
+                                   serves=ServedTeam.of(path, team_config).encode()) as bus:
             return await _run_and_show(bus, request, as_json)
 
     command.run(main)

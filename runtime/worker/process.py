@@ -100,13 +100,14 @@ async def _signal_watch(stop: anyio.Event, *,
 @asynccontextmanager
 async def open_deployment(
     settings: Settings, team: TeamConfig, tools: ToolRegistry, *,
-    roles: list[str] | None = None, handle_signals: bool = False,
+    roles: list[str] | None = None, handle_signals: bool = False, serves: str | None = None,
 ) -> AsyncIterator[Bus]:
-    """Connect (or start an embedded server), serve the team's actors, yield the bus.
+    """Connect (or start an embedded server, recorded as serving ``serves``: see
+    ``open_bus``), serve the team's actors, yield the bus.
 
     On exit the actors drain before the connection closes.
     """
-    async with open_bus(settings) as bus:
+    async with open_bus(settings, serves=serves) as bus:
         actors = build_team_actors(bus, team, tools, roles)  # a team mistake raises as itself
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
