@@ -10,6 +10,8 @@ import pytest
 
 from runtime.bus import NatsServerProcess, start_cluster
 
+from .needs import require
+
 # The server reserves each stream's max_bytes, and the shared server holds hundreds of
 # tests' streams: small ones (every process a test starts inherits this).
 os.environ.setdefault("PLANCAST_MAX_STREAM_BYTES", str(8 * 1024 * 1024))
@@ -55,3 +57,11 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Nats
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs(command, package)`` skips without the program, naming the
+    package (fails instead under ``PLANCAST_REQUIRE_TOOLS=1``), before its fixtures run."""
+    for mark in item.iter_markers("needs"):
+        require(*mark.args)

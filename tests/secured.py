@@ -3,7 +3,7 @@ admin, for tests of rights and of roles written in other languages."""
 
 from __future__ import annotations
 
-import tomllib
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -12,7 +12,14 @@ from pathlib import Path
 import anyio
 import nats
 
-from runtime.bus import CONF_FILE, NatsServerProcess, open_bus, provision_consumers, write_auth
+from runtime.bus import (
+    CONF_FILE,
+    NatsServerProcess,
+    creds_file,
+    open_bus,
+    provision_consumers,
+    write_auth,
+)
 from runtime.config import Settings, TeamConfig
 from runtime.tools import ToolRegistry, builtin_tools
 from runtime.worker import open_deployment
@@ -27,11 +34,16 @@ class Secured:
 
     def settings(self, user: str) -> Settings:
         return Settings(nats_url=self.server.url, prefix=self.prefix,
-                        creds=self.creds / f"{user}.creds", connect_timeout=3)
+                        creds=self.path(user), connect_timeout=3)
+
+    def path(self, user: str) -> Path:
+        """``user``'s credentials file."""
+        return creds_file(self.creds, user)
 
     def user(self, user: str) -> dict[str, str]:
-        """The user name and password in ``user``'s credentials file."""
-        return tomllib.loads((self.creds / f"{user}.creds").read_text())
+        """What ``user``'s credentials file says (a NATS context: url, user, password ...)."""
+        context: dict[str, str] = json.loads(self.path(user).read_text())
+        return context
 
     async def connect(self, user: str, errors: list[str], seen: anyio.Event) -> nats.NATS:
         """A raw connection as ``user``; its asynchronous errors go to ``errors``."""
@@ -42,7 +54,7 @@ class Secured:
         creds = self.user(user)
         return await nats.connect(self.server.url, user=creds["user"],
                                   password=creds["password"], error_cb=on_error,
-                                  inbox_prefix=f"_INBOX_{user}", max_reconnect_attempts=0)
+                                  inbox_prefix=creds["inbox_prefix"], max_reconnect_attempts=0)
 
     @asynccontextmanager
     async def serving(self, roles: Sequence[str],

@@ -24,6 +24,7 @@ from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from .actors.harness import RUN_TIMEOUT, echo, finish, make_team, plan_line
+from .needs import BWRAP
 from .subprocesses import PYTHON, ROOT, clean_env, events_of, plancast, run, stderr_tail
 
 EXAMPLES = ROOT / "examples"
@@ -39,6 +40,7 @@ async def test_quickstart_prints_the_answer_on_its_own(tmp_path: Path) -> None:
     assert result.stdout.decode().strip() == "answer (from a scripted model): 6 times 7 is 42."
 
 
+@BWRAP
 async def test_fanout_reviews_the_program_and_joins_twelve_steps(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from runtime.bus import free_port
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from .actors.harness import finish, plan_line
+from .needs import BWRAP
 from .subprocesses import ROOT, clean_env, stderr_tail
 
 RECIPE = ROOT / "examples" / "multi_machine.md"
@@ -51,6 +52,7 @@ def recipe(ports: dict[int, int]) -> tuple[str, str, str, list[str], str]:
 
 
 @pytest.mark.anyio
+@BWRAP  # its coder runs a python step
 async def test_the_multi_machine_recipe_runs_as_written(tmp_path: Path) -> None:
     ports = {old: free_port() for old in DOC_PORTS}
     cluster, team, exports, workers, run = recipe(ports)

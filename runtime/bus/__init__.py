@@ -5,8 +5,12 @@ the sources actors read; the NATS errors callers catch are re-exported here."""
 from .auth import ADMIN as ADMIN
 from .auth import CLIENT as CLIENT
 from .auth import CONF_FILE as CONF_FILE
+from .auth import DEFAULT_URL as DEFAULT_URL
 from .auth import WATCHER as WATCHER
+from .auth import UserCreds as UserCreds
+from .auth import creds_file as creds_file
 from .auth import grants as grants
+from .auth import inbox_prefix as inbox_prefix
 from .auth import read_creds as read_creds
 from .auth import write_auth as write_auth
 from .connection import connect as connect
@@ -90,6 +94,7 @@ __all__ = (
     "ADMIN",
     "CLIENT",
     "CONF_FILE",
+    "DEFAULT_URL",
     "ENV_VAR",
     "EXPECT_SEQ",
     "EXPECT_STREAM",
@@ -136,11 +141,13 @@ __all__ = (
     "StreamReader",
     "Subscription",
     "Unsettled",
+    "UserCreds",
     "WorkQueue",
     "acknowledged",
     "cluster_formed",
     "connect",
     "consumer_config",
+    "creds_file",
     "current_values",
     "describe",
     "fence_headers",
@@ -150,6 +157,7 @@ __all__ = (
     "grants",
     "header_block",
     "holding",
+    "inbox_prefix",
     "meta_leader_elected",
     "nuid",
     "offloaded",

@@ -1,5 +1,5 @@
 """Per-role NATS users: who may publish and subscribe where, as a nats-server configuration
-and one credentials file per user.
+and one credentials file per user (a NATS context, which other NATS clients read too).
 
 Least privilege, checked by the server rather than by us: a role's user publishes its
 outcomes only on ``result.*.<role>``, pulls and acknowledges only its own consumer, and
@@ -38,6 +38,8 @@ from .errors import CredsError
 
 CONF_FILE = "nats-auth.conf"
 """The server configuration's ``authorization`` block, for nats-server's ``include``."""
+DEFAULT_URL = "nats://localhost:4222"
+"""nats-server's own default address, written when ``auth init`` is not told the server's."""
 ADMIN, CLIENT, WATCHER = "admin", "client", "watcher"
 
 
@@ -189,9 +191,21 @@ def server_conf(users: dict[str, tuple[Grant, str]]) -> str:
     return "\n".join([*lines, "  ]", "}", ""])
 
 
-def write_auth(directory: Path, prefix: str, team: TeamConfig) -> list[Path]:
-    """Write the server's ``nats-auth.conf`` and a ``<user>.creds`` per user, readable by
-    their owner only; returns the files written."""
+def creds_file(directory: Path, user: str) -> Path:
+    """Where ``write_auth`` puts ``user``'s credentials: a NATS context file (below)."""
+    return directory / f"{user}.json"
+
+
+def write_auth(directory: Path, prefix: str, team: TeamConfig,
+               url: str = DEFAULT_URL) -> list[Path]:
+    """Write the server's ``nats-auth.conf`` and a credentials file per user, readable by
+    their owner only; returns the files written.
+
+    A user's file is a NATS context (the ``nats`` CLI's format, ADR-21): ``url``, ``user``,
+    ``password`` and ``inbox_prefix`` are all any NATS client needs (``nats --context
+    FILE``, or the four values given to nats.js, nats.py ...); plancast's own settings sit
+    apart under ``plancast``, which other readers ignore.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     users = {name: (grant, secrets.token_urlsafe(24))
              for name, grant in grants(prefix, team).items()}
@@ -199,14 +213,24 @@ def write_auth(directory: Path, prefix: str, team: TeamConfig) -> list[Path]:
     shared = secrets.token_urlsafe(32)  # the planners' key of nonces and message ids
     written = [_private(directory / CONF_FILE, server_conf(users))]
     for name, (grant, password) in users.items():
-        written.append(_private(directory / f"{name}.creds", "\n".join([
-            f"# plancast credentials of NATS user {name!r} (prefix {prefix!r}); "
-            "use with --creds or NATS_CREDS",
-            f"user = {json.dumps(name)}", f"password = {json.dumps(password)}",
-            f"provision = {'true' if grant.provisions else 'false'}",
-            f"check_streams = {'true' if grant.checks_streams else 'false'}",
-            *([f"secret = {json.dumps(shared)}"] if name in planners | {ADMIN} else []), ""])))
+        own: dict[str, object] = {"prefix": prefix, "provision": grant.provisions,
+                                  "check_streams": grant.checks_streams}
+        if name in planners | {ADMIN}:
+            own["secret"] = shared
+        context = {
+            "description": f"plancast: NATS user {name!r} of prefix {prefix!r} "
+                           "(plancast auth init); plancast --creds FILE, nats --context FILE",
+            "url": url, "user": name, "password": password,
+            "inbox_prefix": inbox_prefix(name), "plancast": own}
+        written.append(_private(creds_file(directory, name),
+                                json.dumps(context, indent=2) + "\n"))
     return written
+
+
+def inbox_prefix(user: str) -> str:
+    """The inbox prefix of a user of ``auth init``: its replies and pulled messages come
+    there, and nobody else may read them."""
+    return f"_INBOX_{user}"
 
 
 def _private(path: Path, text: str) -> Path:
@@ -218,7 +242,8 @@ def _private(path: Path, text: str) -> Path:
 
 @dataclass(frozen=True)
 class UserCreds:
-    """A credentials file written by ``write_auth``."""
+    """A user and password for NATS: a context file of ``write_auth`` (or any NATS context
+    with a user), or the TOML file ``auth init`` wrote before."""
 
     user: str
     password: str
@@ -228,20 +253,44 @@ class UserCreds:
     this line existed: every user could)."""
     secret: str = ""
     """The planners' shared secret (``runtime.nonces``); empty for every other user."""
+    inbox_prefix: str | None = None
+    """Where its replies come; None: the client's default."""
 
 
 def read_creds(path: Path) -> UserCreds | None:
-    """The user in a plancast credentials file; None for a NATS (JWT) credentials file."""
+    """The user in a credentials file of ``auth init`` or a NATS context file; None for a
+    NATS (JWT) credentials file, which nats-py reads itself."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise CredsError(f"cannot read credentials file {path}: {exc.strerror}") from exc
     if "BEGIN NATS USER JWT" in text:
         return None
-    try:
+    if text.lstrip().startswith("{"):
+        return _from_context(path, text)
+    try:  # the TOML file of earlier versions: user, password and plancast's own fields
         data = tomllib.loads(text)
         return UserCreds(str(data["user"]), str(data["password"]), bool(data.get("provision")),
-                         bool(data.get("check_streams", True)), str(data.get("secret", "")))
+                         bool(data.get("check_streams", True)), str(data.get("secret", "")),
+                         inbox_prefix(str(data["user"])))
     except (tomllib.TOMLDecodeError, KeyError) as exc:
-        raise CredsError(f"{path} is neither a NATS credentials file nor one written by "
-                         "`plancast auth init` (user, password)") from exc
+        raise CredsError(f"{path} is neither a NATS credentials or context file nor one "
+                         "written by `plancast auth init` (user, password)") from exc
+
+
+def _from_context(path: Path, text: str) -> UserCreds:
+    """A NATS context (ADR-21) with a user and password; plancast's fields under
+    ``plancast``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CredsError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}): write "
+                         "it again with `plancast auth init --force`") from exc
+    own = data.get("plancast") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not data.get("user") or not isinstance(own or {}, dict):
+        raise CredsError(f"{path} is a NATS context without a user and password: plancast "
+                         "takes those, or a NATS .creds file (JWT)")
+    own = own or {}
+    return UserCreds(str(data["user"]), str(data.get("password", "")),
+                     bool(own.get("provision")), bool(own.get("check_streams", True)),
+                     str(own.get("secret", "")), data.get("inbox_prefix") or None)

@@ -61,8 +61,9 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
                             "max_outstanding_pings": settings.max_outstanding_pings}
     creds = read_creds(settings.creds) if settings.creds else None
     if creds is not None:  # a per-role user of `plancast auth init`: its own inboxes
-        opts.update(user=creds.user, password=creds.password,
-                    inbox_prefix=f"_INBOX_{creds.user}")
+        opts.update(user=creds.user, password=creds.password)
+        if creds.inbox_prefix:
+            opts["inbox_prefix"] = creds.inbox_prefix
     elif settings.creds:
         opts["user_credentials"] = str(settings.creds)
     if settings.user:

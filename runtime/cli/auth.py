@@ -3,12 +3,23 @@ creating what they may only use."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..bus import CONF_FILE, grants, open_bus, provision_consumers, write_auth
+from ..bus import (
+    ADMIN,
+    CONF_FILE,
+    DEFAULT_URL,
+    creds_file,
+    grants,
+    open_bus,
+    provision_consumers,
+    write_auth,
+)
 from ..errors import PlancastError
 from .options import (
     Connection,
@@ -28,12 +39,20 @@ def init(
         "plancast-auth"),
     team: TeamOpt = None,
     prefix: PrefixOpt = None,
+    nats: Annotated[str | None, typer.Option(
+        "--nats", envvar="NATS_URL", help="The server's URL as clients reach it, written "
+        f"into each user's file; default {DEFAULT_URL}.")] = None,
+    server_config: Annotated[Path | None, typer.Option(
+        "--server-config", help="The nats-server config that is to include the users: the "
+        "printed include line is relative to its directory (default: this directory).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing files (new "
                                         "passwords: restart everything that uses them).")
                      ] = False,
 ) -> None:
-    """Write a nats-server authorization block and a credentials file per user: admin,
-    each role of the team, client and watcher."""
+    """Write a nats-server authorization block and a credentials file per user (a NATS
+    context: plancast, the nats CLI and other clients read it): admin, each role of the
+    team, client and watcher."""
     settings = build_settings(Connection(prefix=prefix))
     if (directory / CONF_FILE).exists() and not force:
         print_error(f"{directory / CONF_FILE} exists: pass --force to replace it and every "
@@ -44,15 +63,26 @@ def init(
     except PlancastError as exc:  # a team file mistake: one line
         print_error(str(exc))
         raise typer.Exit(2) from None
-    written = write_auth(directory, settings.prefix, team_config)
+    written = write_auth(directory, settings.prefix, team_config, nats or DEFAULT_URL)
     users = grants(settings.prefix, team_config)
     console.print(f"wrote {len(written)} files to {directory} (readable by you only) for "
                   f"users: {', '.join(users)}", soft_wrap=True, markup=False)
+    if server_config:
+        config_dir, where = server_config.parent, f"to {server_config}"
+    else:
+        config_dir, where = Path(), ("to a nats-server config in this directory (for one "
+                                     "elsewhere, --server-config FILE prints its line)")
     console.print(
-        f"next: add `include \"{(directory / CONF_FILE).resolve()}\"` to your nats-server "
-        "config and restart it; then `plancast provision --creds "
-        f"{directory / 'admin.creds'} --team …`; then start each role with its own "
-        f"`--creds {directory}/<role>.creds`", soft_wrap=True, markup=False)
+        f"next: add  {include_line(directory / CONF_FILE, config_dir)}  {where}, and restart "
+        f"nats-server; then `plancast provision --creds {creds_file(directory, ADMIN)} --team "
+        f"…`; then start each role with its own `--creds {creds_file(directory, '<role>')}`",
+        soft_wrap=True, markup=False)
+
+
+def include_line(conf: Path, config_dir: Path) -> str:
+    """The ``include`` line for a server config in ``config_dir``: nats-server reads an
+    include relative to the including file's directory, even one spelt absolute."""
+    return f"include {json.dumps(os.path.relpath(conf.absolute(), config_dir.absolute()))}"
 
 
 @connection_flags()

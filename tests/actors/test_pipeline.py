@@ -41,6 +41,7 @@ from runtime.testing import Latency, Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 from runtime.worker import open_deployment
 
+from ..needs import BWRAP
 from .harness import (
     RUN_TIMEOUT,
     check_sequence,
@@ -232,6 +233,7 @@ async def _critic_run(nats_url: str, prefix: str, first: str, critic: list[Rule]
     return await run_team(nats_url, prefix, rules, roles={"coder": CODER, "critic": CRITIC})
 
 
+@BWRAP
 async def test_agreeable_critic_is_overruled_by_running_the_code(
     nats_url: str, prefix: str
 ) -> None:
@@ -259,6 +261,7 @@ async def test_agreeable_critic_is_overruled_by_running_the_code(
     assert second.seq < done.seq
 
 
+@BWRAP
 async def test_critic_model_rejects_and_the_step_is_redone(nats_url: str, prefix: str) -> None:
     """A rejection by the critic's model sends the step back with its critique."""
     critic = [

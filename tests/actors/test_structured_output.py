@@ -10,10 +10,11 @@ import pytest
 from protocols import WorkFailed
 from runtime.testing import Rejection, Rule
 
+from ..needs import BWRAP
 from ..runtime.gbnf_check import parse_gbnf
 from .harness import finish, run_team
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, BWRAP]  # the critic runs the coder's code
 
 STEP = '{"id": 1, "role": "coder", "instruction": "Print 42 in Python.", "review": true}'
 RULES = [

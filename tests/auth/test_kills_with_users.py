@@ -49,7 +49,7 @@ async def test_an_executor_and_the_planner_die_mid_run_with_one_user_per_role(
         async with secured_server(tmp_path, prefix, team) as s, AsyncExitStack() as stack:
             def env(user: str) -> dict[str, str]:
                 return {**env_for(s.server.url, prefix, tmp_path),
-                        "NATS_CREDS": str(s.creds / f"{user}.creds")}
+                        "NATS_CREDS": str(s.path(user))}
 
             procs: list[subprocess.Popen[str]] = []
             stack.callback(lambda: list(map(stop, procs)))

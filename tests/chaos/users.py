@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.bus import CONF_FILE, write_auth
+from runtime.bus import CONF_FILE, creds_file, write_auth
 from runtime.config import TeamConfig
 
 ROUTE_USER = "route"
@@ -24,11 +24,11 @@ ROUTE_USER = "route"
 @dataclass(frozen=True)
 class Users:
     directory: Path
-    """Holds ``nats-auth.conf`` and one ``<user>.creds`` per user."""
+    """Holds ``nats-auth.conf`` and one ``<user>.json`` per user."""
     route_password: str
 
     def creds(self, user: str) -> Path:
-        return self.directory / f"{user}.creds"
+        return creds_file(self.directory, user)
 
     def include(self, config_dir: Path) -> str:
         """The ``include`` line for a server configuration in ``config_dir`` (nats-server

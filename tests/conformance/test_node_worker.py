@@ -2,15 +2,13 @@
 served as its own NATS user beside the Python planner and synthesizer: its claims and
 results count, and an output too large for a message travels by reference.
 
-``node`` must be installed; the packages are installed from ``package-lock.json`` on
-first use (``npm ci``).
+Without Node.js it skips, naming the package (``tests.needs``); the packages are installed
+from ``package-lock.json`` on first use (``npm ci``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,22 +22,15 @@ from runtime.config import team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import finish, plan_line
+from ..needs import NODE
 from ..secured import Secured, secured_server
+from . import nats_js
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, NODE]
 
 HERE = Path(__file__).parent
 BIG = 700_000
 """Characters of the big output: more than a message may carry (512 KiB)."""
-
-
-def _node() -> str:
-    node = shutil.which("node")
-    assert node, "the conformance test needs Node.js (apt install nodejs)"
-    if not (HERE / "node_modules" / "@nats-io" / "jetstream").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True,
-                       capture_output=True, timeout=300)
-    return node
 
 
 @pytest.fixture
@@ -62,7 +53,7 @@ async def secured(tmp_path: Path, prefix: str) -> AsyncIterator[Secured]:
 async def test_a_javascript_worker_serves_a_role_from_the_spec_alone(
     secured: Secured, tmp_path: Path
 ) -> None:
-    node = _node()
+    node = nats_js()
     log = tmp_path / "worker.log"
     user = secured.user("jsworker")
     env = {**os.environ, "NATS_URL": secured.server.url, "PLANCAST_PREFIX": secured.prefix,

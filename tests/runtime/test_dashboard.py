@@ -24,6 +24,7 @@ from runtime.tools import builtin_tools
 from runtime.worker import open_deployment
 
 from ..actors.harness import echo, finish, make_team, plan_line
+from ..needs import CHROMIUM as CHROMIUM_NEEDED
 from ..subprocesses import ROOT
 from .test_gateway import Gateway, serving_gateway
 
@@ -31,7 +32,7 @@ playwright = pytest.importorskip("playwright.async_api")
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)"),
+    CHROMIUM_NEEDED,
 ]
 
 HOSTILE = "<img src=x onerror=\"document.title='owned'\">"

@@ -28,6 +28,7 @@ from runtime.tools import builtin_tools
 from runtime.worker import open_deployment
 
 from ..actors.harness import make_team
+from ..needs import CHROMIUM as CHROMIUM_NEEDED
 from ..subprocesses import PYTHON, clean_env, plancast, stderr_tail
 from .test_cli import RULES
 from .test_gateway import Gateway, _listening, serving_gateway
@@ -35,8 +36,7 @@ from .test_gateway import Gateway, _listening, serving_gateway
 pytestmark = pytest.mark.anyio
 
 CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None,
-                                    reason="needs Debian's chromium (.ci/run installs it)")
+needs_chromium = CHROMIUM_NEEDED
 
 EVIL_PLAN = msgspec.json.encode([Step(id=1, role="worker", tool="python",
                                       args={"code": "print('a page ran this')"})]).decode()

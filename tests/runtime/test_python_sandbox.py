@@ -1,7 +1,8 @@
 """Model-written code in the ``python`` tool, tried as a hostile program would: each
 attempt is contained by the bubblewrap sandbox and the limits, and the worker is unharmed.
 
-Real processes and a real bubblewrap (``.ci/run`` installs it), nothing mocked.
+Real processes and a real bubblewrap (``.ci/run`` installs it; without it these skip),
+nothing mocked.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from runtime.tools import (
     step_cgroup_layout,
 )
 
-pytestmark = pytest.mark.anyio
+from ..needs import BWRAP
+
+pytestmark = [pytest.mark.anyio, BWRAP]
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -166,15 +169,6 @@ async def test_memory_past_the_limit_fails_the_program_only() -> None:
     with pytest.raises(ToolError, match="MemoryError"):
         await PythonRunner(memory_mb=256).run({"code": "x = bytearray(512 * 1024 * 1024)"})
     assert await PythonRunner().run({"code": "print(1)"}) == "1\n"
-
-
-async def test_without_bubblewrap_it_refuses_unless_the_team_says_none(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(ToolError, match=r"bubblewrap.*sandbox = \"none\""):
-        await PythonRunner().run({"code": "print(1)"})
-    assert await PythonRunner(sandbox="none").run({"code": "print(1)"}) == "1\n"
 
 
 async def test_step_outputs_are_bound_as_data_never_spliced_into_the_program() -> None:

@@ -40,16 +40,20 @@ from runtime.tools import (
     tool,
 )
 
+from ..needs import BWRAP
+
 pytestmark = pytest.mark.anyio
 
 
 # --- python --------------------------------------------------------------------------------
 
 
+@BWRAP
 async def test_python_returns_stdout() -> None:
     assert await PythonRunner().run({"code": "print(6 * 7)"}) == "42\n"
 
 
+@BWRAP
 async def test_python_nonzero_exit_is_a_tool_error_with_the_traceback() -> None:
     with pytest.raises(ToolError, match="exited with code 1") as info:
         await PythonRunner().run({"code": "x = 1\nraise ValueError('boom')"})
@@ -57,6 +61,7 @@ async def test_python_nonzero_exit_is_a_tool_error_with_the_traceback() -> None:
     assert 'File "main.py", line 2' in str(info.value)
 
 
+@BWRAP
 async def test_python_leftover_children_do_not_hold_up_the_result() -> None:
     code = (
         "import subprocess, sys\n"
@@ -67,16 +72,19 @@ async def test_python_leftover_children_do_not_hold_up_the_result() -> None:
         assert await PythonRunner().run({"code": code, "timeout": 30}) == "done\n"
 
 
+@BWRAP
 async def test_python_timeout_is_capped_by_max_timeout() -> None:
     with anyio.fail_after(30), pytest.raises(ToolError, match=r"timed out after 0\.5 s"):
         await PythonRunner(max_timeout=0.5).run({"code": "while True: pass", "timeout": 30})
 
 
+@BWRAP
 async def test_python_memory_limit() -> None:
     with pytest.raises(ToolError, match="MemoryError"):
         await PythonRunner(memory_mb=256).run({"code": "data = bytearray(2 * 1024**3)"})
 
 
+@BWRAP
 async def test_python_output_is_truncated_and_says_so() -> None:
     out = await PythonRunner(max_output_bytes=1000).run({"code": "print('x' * 5000)"})
     assert out.startswith("x" * 1000)
@@ -84,6 +92,7 @@ async def test_python_output_is_truncated_and_says_so() -> None:
     assert len(out) < 1200
 
 
+@BWRAP
 async def test_python_keeps_the_tail_of_a_long_stderr() -> None:
     code = "import sys\nsys.stderr.write('noise\\n' * 10000)\nraise RuntimeError('the end')"
     with pytest.raises(ToolError) as info:
@@ -93,9 +102,19 @@ async def test_python_keeps_the_tail_of_a_long_stderr() -> None:
     assert len(str(info.value)) < 1000
 
 
+@BWRAP
 async def test_python_success_includes_stderr() -> None:
     code = "import sys\nprint('out')\nprint('warn', file=sys.stderr)"
     assert await PythonRunner().run({"code": code}) == "out\n\n[stderr]\nwarn\n"
+
+
+async def test_without_bubblewrap_it_refuses_unless_the_team_says_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolError, match=r"bubblewrap.*sandbox = \"none\""):
+        await PythonRunner().run({"code": "print(1)"})
+    assert await PythonRunner(sandbox="none").run({"code": "print(1)"}) == "1\n"
 
 
 # --- math ----------------------------------------------------------------------------------
