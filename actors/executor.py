@@ -24,7 +24,7 @@ from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
 from runtime.bus import Delivery, StorageFull
 from runtime.config import RoleOption
-from runtime.errors import PlancastError
+from runtime.errors import PlancastError, SetupError
 from runtime.tools import StepContext, ToolArgumentsError, UnknownTool, current_step
 
 from . import prompts
@@ -123,6 +123,8 @@ class Executor(StepRole):
                 output = await self._execute(task, span, spent)
             if limit.cancelled_caught:  # its deadline passed: nothing else cancels it
                 raise TimeoutError
+        except SetupError:  # a misconfigured model: another attempt or a replan meets it
+            raise  # again, so the handler fails and the run ends saying why (Actor base)
         except PlancastError as exc:
             error = f"{type(exc).__name__}: {exc}"
             span.fail(type(exc).__name__, error)

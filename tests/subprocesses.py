@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from protocols import RunEvent, decoder_for
 
@@ -69,3 +72,68 @@ def events_of(result: subprocess.CompletedProcess[bytes]) -> list[RunEvent]:
 
 def stderr_tail(result: subprocess.CompletedProcess[bytes]) -> str:
     return result.stderr.decode(errors="replace")[-2000:]
+
+
+def shell_env(**extra: str) -> dict[str, str]:
+    """``clean_env`` with this environment's ``plancast`` first on PATH: for commands run
+    as a document writes them (``bash -c 'plancast run …'``)."""
+    env = clean_env(**extra)
+    return {**env, "PATH": f"{Path(PLANCAST).parent}{os.pathsep}{env.get('PATH', '')}"}
+
+
+class Background:
+    """A long-running command (``plancast scripted-model``) started as a document writes
+    it: ``await started.says(text)`` waits for a line of its output; ``stop()`` sends
+    SIGTERM and returns its exit code."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.output = bytearray()
+        self.closed = False
+        """Its output has ended (it exited, or closed stdout)."""
+        self._more = anyio.Event()
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        async for chunk in self.process.stdout:
+            self.output += chunk
+            self._more.set()
+            self._more = anyio.Event()
+        self.closed = True
+        self._more.set()
+
+    async def says(self, text: str, timeout: float = 30.0) -> str:
+        """The first line of output containing ``text`` (waits for it, within ``timeout``)."""
+        with anyio.fail_after(timeout):
+            while True:
+                for line in self.output.decode(errors="replace").splitlines():
+                    if text in line:
+                        return line
+                if self.closed:
+                    raise AssertionError(f"it ended saying: {self.output.decode()[-2000:]}")
+                await self._more.wait()
+
+    async def stop(self, timeout: float = 30.0) -> int:
+        if self.process.returncode is None:
+            self.process.terminate()
+        with anyio.fail_after(timeout):
+            return await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def background(command: str, *, cwd: Path, env: dict[str, str]
+                     ) -> AsyncIterator[Background]:
+    """Run a shell command line in the background for the block (output merged)."""
+    process = await anyio.open_process(["bash", "-c", f"exec {command}"], cwd=cwd, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    started = Background(process)
+    async with anyio.create_task_group() as group:
+        group.start_soon(started.read)
+        try:
+            yield started
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                await process.wait()
+            group.cancel_scope.cancel()

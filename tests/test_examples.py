@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -20,12 +23,23 @@ from protocols import (
 )
 from runtime import Settings, follow, open_deployment, submit
 from runtime.actor import discover_roles
+from runtime.bus import free_port
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import builtin_tools
 
 from .actors.harness import RUN_TIMEOUT, echo, finish, make_team, plan_line
 from .needs import BWRAP
-from .subprocesses import PYTHON, ROOT, clean_env, events_of, plancast, run, stderr_tail
+from .subprocesses import (
+    PYTHON,
+    ROOT,
+    background,
+    clean_env,
+    events_of,
+    plancast,
+    run,
+    shell_env,
+    stderr_tail,
+)
 
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "plugin_role"
@@ -185,6 +199,39 @@ async def test_plancast_roles_lists_the_plugin_without_installing_it(tmp_path: P
     assert result.returncode == 0, stderr_tail(result)
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["shouter"]["ok"] and rows["shouter"]["package"] == "plancast-shouter"
+
+
+async def test_plugin_role_runs_offline_as_its_readme_says(tmp_path: Path) -> None:
+    """The plugin's README commands, from a clone's root, twice: its team and scenario run
+    with no key (only the port changes; ``pip install`` is the stand-in the tests above
+    use, put on PYTHONPATH)."""
+    text = (PLUGIN / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "scripted-model" in b]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    assert lines[0] == "pip install -e examples/plugin_role", lines
+    [serve] = [line for line in lines if line.startswith("plancast scripted-model")]
+    [run_line] = [line for line in lines if line.startswith("plancast run")]
+    port = free_port()
+    shutil.copytree(PLUGIN, tmp_path / "examples" / "plugin_role")
+    team = tmp_path / "examples" / "plugin_role" / "team.toml"
+    team.write_text(team.read_text().replace(":8000/", f":{port}/"))
+    site = fake_install(tmp_path / "site")
+    env = shell_env(PLANCAST_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=os.pathsep.join(
+        [str(site), str(PLUGIN / "src"), os.environ.get("PYTHONPATH", "")]))
+    async with background(f"{serve} --port {port}", cwd=tmp_path, env=env) as model:
+        await model.says("base_url")
+        outputs = []
+        for _ in range(2):
+            with anyio.fail_after(RUN_TIMEOUT):
+                done = await anyio.run_process(["bash", "-c", run_line], cwd=tmp_path,
+                                               env=env, check=False)
+            assert done.returncode == 0, stderr_tail(done) + done.stdout.decode()[-2000:]
+            outputs.append(done.stdout.decode())
+        assert await model.stop() == 0
+    for out in outputs:
+        [shouted] = [line for line in out.splitlines() if "│ 3 │ loud" in line]
+        assert "HELLO" in shouted, out
+        assert "answer: The loud role shouted: HELLO PLUGINS." in out, out
 
 
 # -- watching a run, and a team on several machines ------------------------------------------

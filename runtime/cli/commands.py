@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import auth, deployment, local, plans, runs, serve
+from . import auth, deployment, local, plans, runs, scripted, serve
 from .terminal import console, print_error, reader_gone
 
 app = typer.Typer(
@@ -43,6 +43,7 @@ app.command("status")(deployment.status)
 app.command()(auth.provision)
 app.command("local-model")(local.local_model)
 app.command()(runs.demo)
+app.command("scripted-model")(scripted.scripted_model)
 app.command()(runs.run)
 app.command("cancel")(runs.cancel_command)
 app.command()(runs.watch)

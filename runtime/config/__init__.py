@@ -7,6 +7,7 @@ from .load import load_team as load_team
 from .load import team_from_dict as team_from_dict
 from .model import DIALECTS as DIALECTS
 from .model import ROLE_HEADER as ROLE_HEADER
+from .model import SCRIPTED_NO_ANSWER as SCRIPTED_NO_ANSWER
 from .model import ModelSettings as ModelSettings
 from .model import Structured as Structured
 from .role_options import RoleOption as RoleOption
@@ -28,6 +29,7 @@ __all__ = (
     "DIALECTS",
     "MODEL_KINDS",
     "ROLE_HEADER",
+    "SCRIPTED_NO_ANSWER",
     "SERVICE_KINDS",
     "TEAM_KIND",
     "ModelConfigError",

@@ -18,6 +18,9 @@ Structured = Literal["off", "json_schema", "json_object_schema", "grammar", "vll
 DIALECTS: tuple[str, ...] = get_args(Structured)
 ROLE_HEADER = "x-plancast-role"
 """Request header naming the calling role; proxies and the scripted server route on it."""
+SCRIPTED_NO_ANSWER = "no_rule_matched"
+"""Error ``code`` of the scripted model's answer to a request its scenario has no rule for:
+the model client makes it a setup error (asking again gets the same answer)."""
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 LOCAL_PLACEHOLDER_KEY = "plancast-local-no-key"

@@ -10,6 +10,7 @@ from .client import split_lines as split_lines
 from .errors import LocalModelMissing as LocalModelMissing
 from .errors import LocalModelStartError as LocalModelStartError
 from .errors import ModelError as ModelError
+from .errors import ScenarioHasNoAnswer as ScenarioHasNoAnswer
 from .errors import StructuredOutputUnsupported as StructuredOutputUnsupported
 from .grammar import MAX_CONSTRAINED_STEPS as MAX_CONSTRAINED_STEPS
 from .grammar import TEXT_CHARS as TEXT_CHARS
@@ -63,6 +64,7 @@ __all__ = (
     "Ref",
     "Rep",
     "RoleTools",
+    "ScenarioHasNoAnswer",
     "Seq",
     "SseEvents",
     "StepArrayReader",

@@ -24,6 +24,12 @@ class StructuredOutputUnsupported(ModelConfigError):
     not match the server. Retrying cannot help; the message names the setting to change."""
 
 
+class ScenarioHasNoAnswer(ModelError, ModelConfigError):
+    """The scripted model's scenario has no rule for a request. Asking again gets the same
+    answer, so it is a setup error (the run fails naming the scenario and the request)
+    rather than a failed step that a replan would meet again."""
+
+
 class LocalModelMissing(PlancastError):
     """The ``local`` extra (or the model file) is not installed."""
 

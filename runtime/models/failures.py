@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import openai
 
-from .errors import ModelError, StructuredOutputUnsupported
+from ..config import SCRIPTED_NO_ANSWER
+from .errors import ModelError, ScenarioHasNoAnswer, StructuredOutputUnsupported
 from .structured import Constraint, refusal
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ def model_error(exc: openai.OpenAIError, settings: ModelSettings,
         if refused is not None:
             return refused
         detail = body.get("message") if isinstance(body, dict) else None
+        if exc.code == SCRIPTED_NO_ANSWER:
+            return ScenarioHasNoAnswer(f"{where}: {detail or exc.message}", status_code=status)
         hints = {
             401: f"check the API key in ${settings.api_key_env}",
             403: f"the key in ${settings.api_key_env} may not have access to this model",

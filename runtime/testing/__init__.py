@@ -13,6 +13,8 @@ from ._server import FINGERPRINT as FINGERPRINT
 from ._server import RecordedRequest as RecordedRequest
 from ._server import ScriptedModelServer as ScriptedModelServer
 from ._server import open_scripted_model_server as open_scripted_model_server
+from ._standalone import scripted_banner as scripted_banner
+from ._standalone import serve_until_stopped as serve_until_stopped
 
 __all__ = (
     "FINGERPRINT",
@@ -28,4 +30,6 @@ __all__ = (
     "open_scripted_model_server",
     "parse_scenario",
     "read_request",
+    "scripted_banner",
+    "serve_until_stopped",
 )

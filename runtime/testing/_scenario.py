@@ -2,8 +2,10 @@
 
 A scenario is data, so the demo, the tests and the benchmarks can share one file format
 (TOML or JSON) and still build scenarios in code. The first rule that matches a request
-answers it; ``times`` lets a rule answer only N times, so a scenario can script "first
-answer wrong, second right".
+answers it, and a rule answers every request it matches, so one server answers run after
+run. ``turn`` tells the calls of one conversation apart (a tool call, then the verdict);
+``times`` lets a rule answer only N times over the server's life, so a scenario can script
+"first answer wrong, second right".
 """
 
 from __future__ import annotations
@@ -85,8 +87,12 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     """Substring of a tool result at the end of the conversation (the turn after a tool call)."""
     after: int | None = None
     """Match only chat requests whose 0-based index on this server is at least this."""
+    turn: int | None = None
+    """The request's turn in its conversation: 1 for its first call, N for the call after
+    N-1 answers of the model (assistant messages). Unlike ``times``, it holds every run."""
     times: int | None = None
-    """Answer at most this many requests, then let later rules answer."""
+    """Answer at most this many requests over the server's life (not per run), then let
+    later rules answer; unset: every request it matches."""
     # -- replies --
     text: str | None = None
     """Answer with this text (streamed word by word)."""
@@ -114,6 +120,8 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             raise ValueError(f"{self.label()}: error must be an HTTP status 400..599")
         if self.times is not None and self.times < 1:
             raise ValueError(f"{self.label()}: times must be >= 1")
+        if self.turn is not None and self.turn < 1:
+            raise ValueError(f"{self.label()}: turn must be >= 1")
 
     def label(self) -> str:
         return f"rule {self.name!r}" if self.name else "rule"
@@ -189,6 +197,11 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     plays a server that never does (llama.cpp's server)."""
     rejects: list[Rejection] = []
     """Constraints this server refuses (answered with an error before any rule is tried)."""
+    name: str = ""
+    """What error messages call the scenario; ``load_scenario`` sets it to the file's path."""
+
+    def label(self) -> str:
+        return f"scenario {self.name}" if self.name else "the scenario"
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -198,7 +211,9 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raw = file.read_bytes()
     except OSError as exc:
         raise ScenarioError(f"cannot read scenario {file}: {exc}") from exc
-    return parse_scenario(raw, fmt="json" if file.suffix == ".json" else "toml", source=str(file))
+    scenario = parse_scenario(raw, fmt="json" if file.suffix == ".json" else "toml",
+                              source=str(file))
+    return scenario if scenario.name else msgspec.structs.replace(scenario, name=str(file))
 
 
 def parse_scenario(data: bytes | str, *, fmt: str = "toml", source: str = "<scenario>") -> Scenario:
@@ -246,14 +261,21 @@ class RequestView:
                 break
             trailing_tools.append(message_text(message))
         self.tool_results = trailing_tools
+        self.turn = 1 + sum(1 for m in messages if m.get("role") == "assistant")
 
     def describe(self) -> str:
-        start = self.last_user[:80] + ("..." if len(self.last_user) > 80 else "")
         return (
             f"model={self.model!r}, role={self.role!r}, request #{self.index}, "
-            f"last user message starts {start!r}"
+            f"turn {self.turn}, last user message {_excerpt(self.last_user)!r}"
             + (f", {len(self.tool_results)} trailing tool result(s)" if self.tool_results else "")
         )
+
+
+def _excerpt(text: str, head: int = 50, tail: int = 90) -> str:
+    """The text on one line, its middle left out when long: prompts open with boilerplate
+    and end with what the request is about (a step's instruction, say)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= head + tail else f"{flat[:head]} ... {flat[-tail:]}"
 
 
 def _role_from_system(messages: list[dict[str, Any]]) -> str | None:
@@ -277,7 +299,20 @@ def rule_matches(rule: Rule, request: RequestView) -> bool:
             or any(rule.tool_result_contains in t for t in request.tool_results)
         )
         and (rule.after is None or request.index >= rule.after)
+        and (rule.turn is None or request.turn == rule.turn)
     )
+
+
+def no_answer(scenario: Scenario, request: RequestView, used_up: list[Rule]) -> str:
+    """Why nothing answered a request, in one line: the request and what to add."""
+    spent = "".join(
+        f"; {rule.label()} matches but has answered its times = {rule.times} "
+        "(times count over the server's life, not per run: use turn or contains instead)"
+        for rule in used_up
+    )
+    return (f"scripted model: no rule matched this request in {scenario.label()} "
+            f"({request.describe()}){spent}. Add a rule that matches it (role, contains, "
+            "turn ...)")
 
 
 class ScenarioError(PlancastError):

@@ -22,6 +22,7 @@ import msgspec
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ..config import SCRIPTED_NO_ANSWER
 from ._http import (
     ChunkedSender,
     HttpProtocolError,
@@ -37,6 +38,7 @@ from ._scenario import (
     Scenario,
     constraint_kind,
     message_text,
+    no_answer,
     rule_matches,
 )
 
@@ -226,11 +228,10 @@ class ScriptedModelServer:
             record.status = 400
             if self._log:
                 self._log(f"#{record.index} NO MATCH {view.describe()}")
-            await reject(
-                f"scripted model: no rule matched this request ({view.describe()}). "
-                "Add a rule to the scenario that matches it (model, role, contains ...).",
-                code="no_rule_matched",
-            )
+            used_up = [rule for n, rule in enumerate(self.scenario.rules)
+                       if rule.times is not None and self._uses[n] >= rule.times
+                       and rule_matches(rule, view)]
+            await reject(no_answer(self.scenario, view, used_up), code=SCRIPTED_NO_ANSWER)
             record.finished_at = time.monotonic()
             return
         record.rule = found

@@ -1,4 +1,5 @@
-"""The scripted OpenAI-compatible model server as a command (the API is ``runtime.testing``).
+"""The scripted OpenAI-compatible model server as a module command (the API is
+``runtime.testing``; the same server is ``plancast scripted-model``).
 
     python -m runtime.testing.scripted_model scenario.toml --port 8000
 
@@ -15,8 +16,9 @@ from collections.abc import Sequence
 
 import anyio
 
-from ._scenario import Scenario, ScenarioError, load_scenario
-from ._server import open_scripted_model_server
+from ._scenario import ScenarioError, load_scenario
+from ._server import ScriptedModelServer
+from ._standalone import scripted_banner, serve_until_stopped
 
 __all__ = ["main"]
 
@@ -38,31 +40,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def ready(server: ScriptedModelServer) -> None:
+        print("\n".join(scripted_banner(server, args.scenario)), flush=True)
+
     try:
-        anyio.run(_serve, scenario, args, backend="asyncio")
-    except KeyboardInterrupt:
-        pass
+        anyio.run(lambda: serve_until_stopped(
+            scenario, host=args.host, port=args.port, time_scale=args.time_scale,
+            log=None if args.quiet else log, ready=ready))
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-async def _serve(scenario: Scenario, args: argparse.Namespace) -> None:
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    async with open_scripted_model_server(
-        scenario,
-        host=args.host,
-        port=args.port,
-        time_scale=args.time_scale,
-        log=None if args.quiet else log,
-    ) as server:
-        print(f"plancast SCRIPTED model (not a real model), scenario {args.scenario}")
-        print(f"OpenAI-compatible API at {server.base_url}")
-        print(f"  try: OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=scripted ...", flush=True)
-        await anyio.sleep_forever()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from runtime.testing import (
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
+PLANCAST = str(Path(sys.executable).parent / "plancast")
 USER: ChatCompletionUserMessageParam = {"role": "user", "content": "hello there"}
 
 
@@ -139,6 +140,35 @@ async def test_times_lets_a_rule_answer_n_times_then_falls_through() -> None:
         answers = [await ask(client, USER) for _ in range(4)]
     assert answers == ["wrong", "wrong", "right", "right"]
     assert [r.rule for r in server.requests] == [0, 0, 1, 1]
+
+
+async def test_turn_scripts_a_conversation_the_same_on_every_run() -> None:
+    """A tool call on a conversation's first turn, the verdict on the next: a second run
+    (the same conversation again) gets the same answers, where ``times`` was used up."""
+    rules = [Rule(role="critic", turn=1, text="calling the tool"),
+             Rule(role="critic", turn=2, text="verdict")]
+    system = {"role": "system", "content": "[role:critic]"}
+    answered = {"role": "assistant", "content": "calling the tool"}
+    async with serve(Scenario(rules=rules)) as (server, client):
+        for _ in range(2):
+            assert await ask(client, system, USER) == "calling the tool"
+            assert await ask(client, system, USER, answered, USER) == "verdict"
+    assert [r.rule for r in server.requests] == [0, 1, 0, 1]
+
+
+async def test_no_rule_names_the_scenario_the_role_and_a_used_up_rule(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text("[[rules]]\nname = 'once'\nrole = 'critic'\ntimes = 1\ntext = 'ok'\n")
+    system = {"role": "system", "content": "[role:critic]"}
+    async with serve(load_scenario(path)) as (_, client):
+        assert await ask(client, system, USER) == "ok"
+        with pytest.raises(openai.BadRequestError) as caught:
+            await ask(client, system, USER)
+    assert caught.value.code == "no_rule_matched"
+    message = str(caught.value)
+    assert f"no rule matched this request in scenario {path}" in message, message
+    assert "role='critic'" in message and "request #1" in message and "turn 1" in message
+    assert "rule 'once' matches but has answered its times = 1" in message, message
 
 
 async def test_jitter_is_reproducible_from_the_seed_and_time_scale_applies() -> None:
@@ -289,6 +319,49 @@ async def test_runs_stand_alone_and_says_it_is_scripted(tmp_path: Path) -> None:
                 assert await ask(client, USER) == "from the command line"
         finally:
             process.terminate()
+
+
+async def test_plancast_scripted_model_prints_the_base_url_and_stops_on_sigterm(
+        tmp_path: Path) -> None:
+    """``plancast scripted-model`` as a child process: the team file's base_url on its
+    banner, answers over HTTP, and SIGTERM ends it with exit 0."""
+    path = tmp_path / "s.toml"
+    path.write_text("[[rules]]\ntext = 'from plancast'\n")
+    command = [PLANCAST, "scripted-model", str(path), "--port", "0"]
+    async with await anyio.open_process(command, cwd=tmp_path,
+                                        stderr=subprocess.DEVNULL) as process:
+        assert process.stdout is not None
+        output = BufferedByteReceiveStream(process.stdout)
+        with anyio.fail_after(30):
+            said = [(await output.receive_until(b"\n", 1000)).decode() for _ in range(3)]
+        assert "SCRIPTED" in said[0] and "not a real model" in said[0], said
+        url = said[1].split()[-1]
+        assert f'base_url = "{url}"' in said[2], said
+        async with openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0) as client:
+            assert await ask(client, USER) == "from plancast"
+        process.terminate()
+        with anyio.fail_after(30):
+            assert await process.wait() == 0
+
+
+async def test_plancast_scripted_model_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[rules]]\ncontains = 'x'\n")
+    good = tmp_path / "good.toml"
+    good.write_text("[[rules]]\ntext = 'x'\n")
+    async with open_scripted_model_server(Scenario()) as taken:
+        results = [
+            await anyio.run_process([PLANCAST, "scripted-model", *args], cwd=tmp_path,
+                                    check=False)
+            for args in ([str(bad)], [str(tmp_path / "missing.toml")],
+                         [str(good), "--port", str(taken.port)])
+        ]
+    for result, complaint in zip(results, ["give one reply", "cannot read scenario",
+                                           f"cannot listen on 127.0.0.1:{taken.port}"],
+                                 strict=True):
+        said = result.stderr.decode().strip()
+        assert result.returncode == 2 and said.startswith("error: "), said
+        assert complaint in said and len(said.splitlines()) == 1, said
 
 
 async def test_rejects_answer_like_the_real_servers_and_every_constraint_is_recorded(
