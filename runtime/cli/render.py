@@ -48,7 +48,9 @@ def render_runs(runs: list[RunStatus], console: Console, *, title: str,
                 active: bool = False) -> None:
     """One row per run. ``active`` (``plancast status``): each run's owner and lease; else
     (``plancast runs``): each run's status."""
-    table = Table(title=title)
+    estimated = any(r.tokens_estimated for r in runs)
+    # ~: the model server reported no usage for some calls, so they were estimated here
+    table = Table(title=title, caption="~ tokens: estimated in part" if estimated else None)
     # Ids are there to copy: never cut; the goal and the owner wrap instead.
     table.add_column("run", no_wrap=True, min_width=max(len(r.run_id) for r in runs))
     table.add_column("goal")
@@ -66,14 +68,16 @@ def render_runs(runs: list[RunStatus], console: Console, *, title: str,
         else:
             middle = [f"[{STATUS_STYLE.get(r.status, 'white')}]{escape(r.status)}[/]"]
         table.add_row(escape(r.run_id), escape(_shorten(r.goal, 32)), *middle,
-                      f"{r.steps_done}/{r.steps_total}", str(r.tokens), _duration(r.age))
+                      f"{r.steps_done}/{r.steps_total}",
+                      f"~{r.tokens}" if r.tokens_estimated else str(r.tokens), _duration(r.age))
     console.print(table)
 
 
 def render_roles(found: Iterable[RoleEntry], console: Console) -> None:
-    """One row per role found in the entry-point group, with whether it loads."""
+    """One row per role kind found in the entry-point group (what a team's ``kind``
+    names), with whether it loads."""
     table = Table(title="plancast roles")
-    for column in ("role", "from", "version", "target", "status"):
+    for column in ("kind", "from", "version", "target", "status"):
         table.add_column(column)
     for r in sorted(found, key=lambda r: r.name):
         status = "[green]ok[/]" if r.ok else f"[red]failed: {r.error}[/]"
