@@ -21,14 +21,28 @@ import anyio
 
 from protocols import (
     CriticVerdict,
+    OutcomeRefused,
+    PlanApproved,
+    PlanAwaitingApproval,
+    PlanFinished,
     PlanRejected,
+    PlanStarted,
     ReplanStarted,
     RunEvent,
     RunFailed,
     RunFinished,
+    RunResumed,
+    RunStarted,
+    StepApproved,
+    StepAwaitingApproval,
+    StepDispatched,
     StepFailed,
     StepFinished,
     StepPlanned,
+    StepReviewing,
+    StepStarted,
+    UsageRecorded,
+    WorkFailed,
     encode,
 )
 from runtime import Settings, follow, open_bus
@@ -38,15 +52,44 @@ from runtime.errors import PlancastError
 def describe(event: RunEvent) -> str:
     """One line for a human; the ``--json`` output is the wire format itself."""
     match event:
+        case RunStarted(goal=goal):
+            return f"run started: {goal[:80]}"
+        case PlanStarted(round=round_):
+            return f"planning (round {round_})"
+        case PlanFinished(round=round_, steps=steps):
+            return f"plan of round {round_} ready: {steps} steps"
         case StepPlanned(step=step):
             what = step.title or step.tool or (step.instruction or "")[:40]
             return f"step {step.id} planned for {step.role}: {what}"
+        case StepDispatched(step_id=sid, role=role, attempt=attempt):
+            return f"step {sid} sent to {role} (attempt {attempt})"
+        case StepStarted(step_id=sid, executor=executor, child_run=child):
+            return f"step {sid} started by {executor}" + (f" as run {child}" if child else "")
+        case StepReviewing(step_id=sid):
+            return f"step {sid} under the critic's review"
         case StepFinished(step_id=sid, output=output):
             return f"step {sid} finished: {output[:60]!r}"
         case StepFailed(step_id=sid, error=error, will_retry=retry):
             return f"step {sid} failed{' (will retry)' if retry else ''}: {error[:60]}"
         case CriticVerdict(step_id=sid, approved=approved, critique=critique):
             return f"critic {'approved' if approved else 'rejected'} step {sid}: {critique[:60]}"
+        case UsageRecorded(source=source, usage=usage, total=total):
+            return (f"{source} used {usage.total_tokens} tokens (run total "
+                    f"{'~' if total.estimated else ''}{total.total_tokens})")
+        case PlanAwaitingApproval(round=round_, reviewer=reviewer):
+            return f"plan of round {round_} awaits approval ({reviewer})"
+        case PlanApproved(round=round_, by=by):
+            return f"plan of round {round_} approved by {by}"
+        case StepAwaitingApproval(step_id=sid, reason=reason):
+            return f"step {sid} awaits approval: {reason[:60]}"
+        case StepApproved(step_id=sid, by=by):
+            return f"step {sid} approved by {by}"
+        case WorkFailed(work=work, actor=actor, error=error):
+            return f"{work} failed at {actor}: {error[:60]}"
+        case OutcomeRefused(kind=kind, reason=reason):
+            return f"a {kind} was refused: {reason[:60]}"
+        case RunResumed(planner=planner):
+            return f"run resumed by planner {planner}"
         case PlanRejected(error=error):
             return f"plan rejected: {error[:80]}"
         case ReplanStarted(round=round_, reason=reason):
@@ -55,7 +98,7 @@ def describe(event: RunEvent) -> str:
             return f"finished: {answer}"
         case RunFailed(stage=stage, reason=reason):
             return f"failed at {stage}: {reason}"
-    return type(event).__name__
+    return "an event of a kind this example does not know"  # a kind added since
 
 
 async def watch(run_id: str, settings: Settings, as_json: bool, idle: float) -> int:

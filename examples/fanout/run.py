@@ -15,6 +15,7 @@ Exits 0 when the run finished, 1 when it failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import tomllib
@@ -85,4 +86,9 @@ if __name__ == "__main__":
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply the scripted latencies")
     args = parser.parse_args()
-    sys.exit(anyio.run(main, args.json, args.time_scale))
+    try:
+        code = anyio.run(main, args.json, args.time_scale)
+    except* BrokenPipeError:  # `run.py | head`: the reader has gone, so end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        code = 0
+    sys.exit(code)

@@ -17,6 +17,7 @@ Exits 0 when the run finished, 1 when it failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import tomllib
@@ -95,4 +96,10 @@ async def main(as_json: bool) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print every event as NDJSON")
-    sys.exit(anyio.run(main, parser.parse_args().json))
+    as_json = parser.parse_args().json
+    try:
+        code = anyio.run(main, as_json)
+    except* BrokenPipeError:  # `run.py | head`: the reader has gone, so end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        code = 0
+    sys.exit(code)

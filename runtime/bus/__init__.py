@@ -55,6 +55,7 @@ from .errors import NoRespondersError as NoRespondersError
 from .errors import NotFoundError as NotFoundError
 from .errors import ObjectRefused as ObjectRefused
 from .errors import ProvisionError as ProvisionError
+from .errors import PublishRefused as PublishRefused
 from .errors import StorageFull as StorageFull
 from .errors import StoreInUse as StoreInUse
 from .intake import PULL_CAP as PULL_CAP
@@ -133,6 +134,7 @@ __all__ = (
     "NotFoundError",
     "ObjectRefused",
     "ProvisionError",
+    "PublishRefused",
     "Pull",
     "Retry",
     "Source",

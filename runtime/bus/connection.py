@@ -10,7 +10,9 @@ as long as the process lives, so actors ride out server restarts and node losses
 
 from __future__ import annotations
 
+import errno
 import logging
+import re
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
@@ -34,6 +36,7 @@ from .local import announce, deployment_secret, holding, last_port, running, sec
 from .nats_client import PlancastClient
 from .private_files import private_dir
 from .provisioning import HEADERS_ROOM, Retry, check_provisioned, provision
+from .refusals import Refusals
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,9 @@ MIN_ATTEMPT = 0.05
 FIRST_ROUND_ATTEMPTS = 1
 """nats-py's ``max_reconnect_attempts`` while the first connection is made: each server is
 tried twice per round, then the round fails and we back off (``-1`` would never fail)."""
+REFUSED_ROUNDS = 2
+"""Rounds after which a connection refused by every server is final, when refusal is
+final (about a second: the first quick attempts)."""
 
 
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
@@ -90,19 +96,28 @@ class _Watch:
     that ends ``connect``) and logged at debug level only.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, user: str = "") -> None:
         self.url = url
+        self.refusals = Refusals(user)
+        """The connection's refused publishes, for whoever waits on them (``Bus.request``)."""
         self.connected = False
         """True once the first connection succeeded."""
         self.closing = False
         """True once we close the connection on purpose."""
         self.last_error: Exception | None = None
+        self.attempts: list[Exception] = []
+        """Why each attempt at the first connection failed."""
         self._outage = False
 
     async def on_error(self, exc: Exception) -> None:
+        if self.refusals.note(exc):  # said by whoever waited for an answer to it
+            log.debug("NATS refused a publish: %s", exc)
+            return
         if not self.connected or self._outage or isinstance(exc, CONNECTION_ERRORS):
             # Said once, with the disconnection (or in the error that ends the first try).
             self.last_error = exc
+            if not self.connected:
+                self.attempts.append(exc)
             log.debug("NATS connection attempt failed: %s", exc)
         else:
             log.warning("NATS connection error: %s", exc)
@@ -122,6 +137,16 @@ class _Watch:
                 "reconnected_cb": self.on_reconnect}
 
 
+def _refused(exc: BaseException) -> bool:
+    """The server's host answered that nothing listens on the port (also when a name with
+    several addresses was refused at each: asyncio joins their errors in one)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    codes = re.findall(r"\[Errno (\d+)\]", str(exc))
+    return isinstance(exc, OSError) and bool(codes) \
+        and all(int(code) == errno.ECONNREFUSED for code in codes)
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no NATS handshake before the deadline"
@@ -135,12 +160,18 @@ async def _discard(nc: NatsClient) -> None:
         await nc.close()
 
 
-async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> NatsClient:
+async def connect(url: str, settings: Settings, watch: _Watch | None = None, *,
+                  refusal_is_final: bool = False) -> NatsClient:
     """A connected nats-py client, or ``NatsUnreachable`` within ``settings.connect_timeout``.
 
     Each round tries every server a couple of times (nats-py's own loop, bounded by a
     finite ``max_reconnect_attempts``); rounds repeat with a growing pause until the
     deadline. Once connected, the client is switched to reconnect forever.
+
+    ``refusal_is_final``: when every server refused every attempt of the first
+    ``REFUSED_ROUNDS`` rounds (nothing listens there), give up then rather than at the
+    deadline. For a command a person typed; a service started alongside its server waits
+    for it.
     """
     watch = watch or _Watch(url)
     servers = server_urls(url)
@@ -149,10 +180,11 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
     options = _connect_options(settings)
     options.update(allow_reconnect=True, max_reconnect_attempts=FIRST_ROUND_ATTEMPTS,
                    reconnect_time_wait=RECONNECT_WAIT)
-    delay = 0.1
+    delay, rounds, began = 0.1, 0, anyio.current_time()
     while True:
         left = deadline - anyio.current_time()
         nc = PlancastClient()
+        rounds += 1
         try:
             # The deadline also cuts short an attempt that hangs (a server that accepts
             # the TCP connection and never answers); _discard then closes what it opened.
@@ -166,6 +198,15 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
                 raise NatsUnreachable(
                     f"NATS at {url} refused our credentials ({cause}): check --creds / "
                     "NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_TOKEN"
+                ) from exc
+            if refusal_is_final and rounds >= REFUSED_ROUNDS and watch.attempts \
+                    and all(_refused(e) for e in watch.attempts):
+                raise NatsUnreachable(
+                    f"cannot connect to NATS at {url}: connection refused, nothing listens "
+                    f"there ({len(watch.attempts)} attempts in "
+                    f"{anyio.current_time() - began:.1f}s): start the server or fix --nats / "
+                    "NATS_URL; to wait for a server that is still starting, give "
+                    "--connect-timeout / PLANCAST_CONNECT_TIMEOUT"
                 ) from exc
             if deadline - anyio.current_time() < MIN_ATTEMPT:
                 raise NatsUnreachable(
@@ -185,9 +226,10 @@ async def connect(url: str, settings: Settings, watch: _Watch | None = None) -> 
 
 @asynccontextmanager
 async def open_bus(settings: Settings, *, ensure_streams: bool = True,
-                   serves: str | None = None) -> AsyncIterator[Bus]:
+                   serves: str | None = None,
+                   refusal_is_final: bool = False) -> AsyncIterator[Bus]:
     """Connect (to the local deployment, or starting an embedded server, if no URL is
-    set), provision, yield, close.
+    set), provision, yield, close. ``refusal_is_final``: see ``connect``.
 
     With the local deployment, the bus's ``settings.token`` is its secret (whatever
     ``NATS_TOKEN`` said): every actor of the process connects with it and may key on it.
@@ -216,8 +258,9 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True,
             settings = settings.model_copy(update={"token": secret})
             log.info("started embedded nats-server at %s (clients need the secret in %s)",
                      url, store)
-        watch = _Watch(url)
-        nc = await connect(url, settings, watch)
+        creds = read_creds(settings.creds) if settings.creds else None
+        watch = _Watch(url, user=settings.user or (creds.user if creds is not None else ""))
+        nc = await connect(url, settings, watch, refusal_is_final=refusal_is_final)
 
         async def close() -> None:
             watch.closing = True
@@ -228,7 +271,7 @@ async def open_bus(settings: Settings, *, ensure_streams: bool = True,
 
         stack.push_async_callback(close)
         bus = Bus(nc, settings, url)
-        creds = read_creds(settings.creds) if settings.creds else None
+        bus.refusals = watch.refusals
         bus.provisions = creds is None or creds.provision
         if not bus.provisions:
             # The admin provisions; a user that may look at streams checks they exist, a

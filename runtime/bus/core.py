@@ -43,8 +43,9 @@ from protocols import (
 
 from ..config import Settings
 from .budget import ByteBudget
-from .errors import Fenced, ObjectRefused, StorageFull
+from .errors import Fenced, ObjectRefused, PublishRefused, StorageFull
 from .jetstream import JetStream, acknowledged, outcome
+from .refusals import Refusals
 
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
 """Largest payload an actor fetches through an ``message.offloaded`` reference, unless
@@ -156,6 +157,8 @@ class Bus:
         """The URL actually connected to (the embedded server's when one was started)."""
         self.fetching = ByteBudget(FETCHING * settings.max_object_bytes)
         """Bytes of objects being fetched at once: a burst of references takes turns."""
+        self.refusals = Refusals()
+        """Publishes the server refuses, reported by the connection's error callback."""
 
     def subject(self, verb: Verb, *tokens: str) -> str:
         """A subject under this deployment's prefix (each built and checked once: a
@@ -397,7 +400,12 @@ class Bus:
     async def request(
         self, subj: str, message: Message, reply_type: type[M] | Any, *, timeout: float = 10.0
     ) -> M:
-        """Request/reply with typed decoding of the answer."""
-        reply = await self.nc.request(subj, encode(message), timeout=timeout)
+        """Request/reply with typed decoding of the answer. ``PublishRefused`` as soon as
+        the server refuses the request (it is never answered then)."""
+        with self.refusals.watching(subj) as refusal:
+            reply = await self.nc.request(subj, encode(message), timeout=timeout)
+        if refusal.cancelled_caught:
+            raise PublishRefused(f"{self.refusals.who()} may not publish to {subj} (the "
+                                 "server refused it: permissions violation)")
         result: M = decode(reply.data, reply_type)
         return result

@@ -39,6 +39,10 @@ class NatsUnreachable(PlancastError, ConnectionError):
     """No NATS server at the configured URL(s) let us connect within the connect timeout."""
 
 
+class PublishRefused(PlancastError):
+    """The server refused a publish of ours: this connection's user may not publish there."""
+
+
 class MissingConsumer(SetupError):
     """A role's consumer does not exist and its NATS user may not create it."""
 

@@ -30,6 +30,10 @@ from .sources import FETCH_WAIT, REBIND_AFTER, Subscription, WorkQueue, bind
 
 log = logging.getLogger(__name__)
 
+ELECTION_GRACE = 15.0
+"""Seconds a consumer may be missing before it is a warning: a new or failed-over
+consumer answers 503 (no responders) until its replicas elect a leader, which nats-server
+does within a few seconds (4-9 s after a crash)."""
 PULL_CAP = 256
 """Most tasks one pull request of one source asks for. With 64, a 1,000-wide layer waited a
 round trip per 64 tasks (the next request goes out once every task of the last has its
@@ -73,19 +77,20 @@ class Intake:
         self, source: WorkQueue, config: ConsumerConfig, decoder: Any,
         scope: anyio.CancelScope, task_status: TaskStatus[Any],
     ) -> None:
-        started = False
+        started, absence = False, _Absence(self.name, source.consumer)
         while True:  # (re)bind the consumer: a failover may lose it or time its creation out
             psub = await bind(self.bus, source, config, self.name)
             if not started:
                 task_status.started(scope)
                 started = True
             try:
-                await self._fetch_loop(source, decoder, config.max_deliver or 1)
+                await self._fetch_loop(source, decoder, config.max_deliver or 1, absence)
             finally:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await psub.unsubscribe()
 
-    async def _fetch_loop(self, source: WorkQueue, decoder: Any, max_deliver: int) -> None:
+    async def _fetch_loop(self, source: WorkQueue, decoder: Any, max_deliver: int,
+                          absence: _Absence) -> None:
         """Keep a pull open for as many tasks as there are free slots, handing each to a
         handler as it comes; return to rebind the consumer after errors that do not pass
         (a consumer lost in a failover)."""
@@ -107,9 +112,10 @@ class Intake:
                 try:
                     msgs.extend(await pull.next_batch(self.free))
                     failures = 0
+                    if pull.answered:
+                        absence.ended()
                 except ConsumerGone as exc:
-                    log.warning("%s: consumer %s is gone (%s); binding it again", self.name,
-                                source.consumer, exc)
+                    absence.gone(exc)
                     return
                 except NatsError as exc:  # e.g. reconnecting: keep the actor, try again
                     failures += 1
@@ -126,3 +132,29 @@ class Intake:
                 for msg in [*msgs, *pull.drop()]:
                     await Delivery(msg, durable=True).nak()
                 await pull.stop()
+
+
+class _Absence:
+    """How long one consumer has been gone: a debug line while its replicas may be electing
+    a leader, one warning when it lasts longer (and a line when it is back)."""
+
+    def __init__(self, who: str, consumer: str) -> None:
+        self.who, self.consumer = who, consumer
+        self.since: float | None = None
+        self.warned = False
+
+    def gone(self, why: Exception) -> None:
+        now = anyio.current_time()
+        self.since = now if self.since is None else self.since
+        level = logging.DEBUG
+        if now - self.since >= ELECTION_GRACE and not self.warned:
+            level, self.warned = logging.WARNING, True
+        log.log(level, "%s: consumer %s is gone (%s; %.1fs so far); binding it again",
+                self.who, self.consumer, why, now - self.since)
+
+    def ended(self) -> None:
+        """The consumer answered: a later loss is a new absence."""
+        if self.since is not None:
+            log.log(logging.INFO if self.warned else logging.DEBUG,
+                    "%s: consumer %s is back", self.who, self.consumer)
+        self.since, self.warned = None, False

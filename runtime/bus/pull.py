@@ -51,6 +51,9 @@ class Pull:
         """Monotonic time by which the open request has surely ended."""
         self._gone = ""
         """Why the server says the consumer is gone (raised at the next call)."""
+        self.answered = False
+        """The consumer has answered a request (a message, or a status other than "no
+        responders"): it exists and has a leader."""
         self.take: Callable[[Any], bool] | None = None
         """Offered each message as it is read, when none is waiting: True if it took it
         (handed it to a handler then and there); else it waits for ``next_batch``."""
@@ -73,6 +76,7 @@ class Pull:
     def _arrive(self, msg: Any) -> None:
         if self.take is not None and not self._arrived \
                 and not (msg.headers and msg.headers.get(Header.STATUS)) and self.take(msg):
+            self.answered = True
             self._open = max(0, self._open - 1)
             if not self._open:
                 self._wake.set()  # the request is used up: the caller asks for more
@@ -107,6 +111,7 @@ class Pull:
             headers = msg.headers
             status = headers.get(Header.STATUS) if headers else None
             if status is None:
+                self.answered = True
                 self._open = max(0, self._open - 1)
                 batch.append(msg)
             else:
@@ -121,6 +126,7 @@ class Pull:
     def _status(self, status: str, headers: dict[str, str]) -> None:
         """A request ended without (all of) its messages, or the consumer is in trouble."""
         if status == StatusCode.CONTROL_MESSAGE:
+            self.answered = True
             return  # an idle heartbeat: the request is still open
         self._open = 0
         description = headers.get(Header.DESCRIPTION, "")
@@ -130,3 +136,4 @@ class Pull:
             if "deleted" in description.lower() or "leadership" in description.lower():
                 self._gone = description
             log.debug("pull request on %s ended: 409 %s", self.next_subject, description)
+        self.answered = self.answered or not self._gone  # e.g. 408: expired, none came

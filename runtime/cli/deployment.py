@@ -43,7 +43,8 @@ def schema() -> None:
 def roles(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List every role found in the ``plancast.roles`` entry-point group."""
+    """List the role kinds installed (the ``plancast.roles`` entry-point group): what a
+    team file's ``kind = "..."`` may name."""
     found = discover_roles()
     if as_json:
         rows = [

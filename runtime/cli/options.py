@@ -151,6 +151,15 @@ class Started:
     local: bool = False
     """It joins the local deployment (``plancast up`` on this machine): a team it is given
     must be the one that deployment serves (``served.check_same_team``)."""
+    service: bool = False
+    """Runs alongside its server (``serve``): waits the whole connect timeout for it."""
+
+    @property
+    def refusal_is_final(self) -> bool:
+        """A connection refused outright ends the command after the first quick attempts
+        (``runtime.bus.connect``): a command run once, with no connect timeout chosen (a
+        chosen one says to wait for a server that is still starting)."""
+        return not self.service and "connect_timeout" not in self.settings.model_fields_set
 
     def run(self, main: Callable[[], Awaitable[int]]) -> NoReturn:
         """Run ``main`` and exit with its code (see :func:`run_async`)."""
@@ -163,7 +172,8 @@ class Started:
         settings = self.settings
 
         async def main() -> int:
-            async with open_bus(settings, ensure_streams=ensure_streams) as bus:
+            async with open_bus(settings, ensure_streams=ensure_streams,
+                                refusal_is_final=self.refusal_is_final) as bus:
                 return await work(bus)
 
         self.run(main)
@@ -175,9 +185,10 @@ Needs = Literal["deployment", "server", "any"]
 
 
 def begin(connection: Connection, verbose: bool, command: str, *,
-          needs: Needs = "deployment", quiet: bool = True) -> Started:
+          needs: Needs = "deployment", quiet: bool = True, service: bool = False) -> Started:
     """The preamble of a command that talks to NATS: log lines, settings, the deployment.
-    What it cannot find is one line naming the command, and exit 2."""
+    What it cannot find is one line naming the command, and exit 2. ``service``: see
+    ``Started``."""
     setup_logging(verbose, quiet=quiet)
     settings, local = build_settings(connection), False
     if needs != "server":
@@ -189,7 +200,7 @@ def begin(connection: Connection, verbose: bool, command: str, *,
     if not settings.nats_url and needs == "server":
         print_error(f"plancast {command} needs a server: pass --nats URL or set NATS_URL")
         raise typer.Exit(2)
-    return Started(settings, verbose, local)
+    return Started(settings, verbose, local, service)
 
 
 def _expected(exc: BaseException) -> BaseException | None:

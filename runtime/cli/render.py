@@ -69,6 +69,9 @@ def render_runs(runs: list[RunStatus], console: Console, *, title: str,
                 active: bool = False) -> None:
     """One row per run. ``active`` (``plancast status``): each run's owner and lease; else
     (``plancast runs``): each run's status."""
+    estimated = any(r.tokens_estimated for r in runs)
+    # ~: the model server reported no usage for some calls, so they were estimated here
+    caption = "~ tokens: estimated in part" if estimated else None
     # Ids are there to copy: never cut; the goal and the owner wrap instead.
     columns = [Column("run"), Column("goal", share=3)]
     columns += ([Column("owner", share=2), Column("lease")] if active else [Column("status")])
@@ -82,14 +85,16 @@ def render_runs(runs: list[RunStatus], console: Console, *, title: str,
         else:
             middle = [Text(r.status, style=STATUS_STYLE.get(r.status, "white"))]
         rows.append([plain(r.run_id), plain(_shorten(r.goal, 32)), *middle,
-                     plain(f"{r.steps_done}/{r.steps_total}"), plain(r.tokens),
+                     plain(f"{r.steps_done}/{r.steps_total}"),
+                     plain(f"~{r.tokens}" if r.tokens_estimated else r.tokens),
                      plain(_duration(r.age))])
-    console.print(fitted_table(columns, rows, console.width, title=title))
+    console.print(fitted_table(columns, rows, console.width, title=title, caption=caption))
 
 
 def render_roles(found: Iterable[RoleEntry], console: Console) -> None:
-    """One row per role found in the entry-point group, with whether it loads."""
-    columns = [Column("role"), Column("from", share=1), Column("version"),
+    """One row per role kind found in the entry-point group (what a team's ``kind``
+    names), with whether it loads."""
+    columns = [Column("kind"), Column("from", share=1), Column("version"),
                Column("target", share=2), Column("status", share=2)]
     rows = [[plain(r.name), plain(r.package), plain(r.version), plain(r.target),
              Text("ok", style="green") if r.ok else Text(f"failed: {r.error}", style="red")]

@@ -128,15 +128,20 @@ async def _on_interrupt(bus: Bus, run_id: str, following: anyio.CancelScope,
 
 
 def demo(
-    goal: Annotated[str, typer.Argument(help="The goal (the scenario answers the default).")]
-    = DEMO_GOAL,
+    goal: Annotated[str | None, typer.Argument(hidden=True)] = None,
     as_json: JsonOpt = False,
     time_scale: Annotated[float, typer.Option(min=0.0,
                                               help="Multiply the scripted latencies.")] = 1.0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress."""
+    """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress.
+
+    The scripted model answers the demo's own goal only; `plancast run` runs yours."""
     setup_logging(verbose, quiet=True)
+    if goal not in (None, DEMO_GOAL):  # it would answer its own goal under yours
+        _usage_error(f"the demo's scripted model answers only its own goal ({DEMO_GOAL!r}): "
+                     "run a goal of yours with `plancast run \"...\"` and a team file (see "
+                     "the README)")
 
     async def main() -> int:
         scenario = load_scenario(Path(str(demo_scenario_path())))
@@ -157,7 +162,7 @@ def demo(
                                   markup=False)
                 async with open_deployment(settings, demo_team(model.base_url),
                                            builtin_tools(sandbox=sandbox)) as bus:
-                    return await _run_and_show(bus, RunRequest(goal=goal), as_json)
+                    return await _run_and_show(bus, RunRequest(goal=DEMO_GOAL), as_json)
 
     run_async(main, verbose=verbose)
 
@@ -215,7 +220,7 @@ def run(
         if settings.nats_url:
             if command.local and (given := given_team(team)) is not None:
                 check_same_team(settings, "run", given, team_file(given))
-            async with open_bus(settings) as bus:
+            async with open_bus(settings, refusal_is_final=command.refusal_is_final) as bus:
                 wanted = request or request_of(await stored_plan(bus, plan or ""))
                 return await _run_and_show(bus, wanted, as_json)
         assert request is not None
@@ -271,10 +276,14 @@ def cancel_command(
     connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled")."""
+    """Ask the planner to stop a run; waits until it has ended (a run.failed, "cancelled").
+
+    A run the deployment does not know is an error at once (exit 2)."""
     command = begin(connection, verbose, "cancel")
 
     async def stop(bus: Bus) -> int:
+        if not await known_run(bus, run_id):  # at once: no planner will ever answer for it
+            return 2
         await cancel(bus, run_id, reason, source=f"plancast cancel on {socket.gethostname()}")
         with anyio.move_on_after(CANCEL_WAIT):
             async for event in follow(bus, run_id):

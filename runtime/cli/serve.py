@@ -39,7 +39,7 @@ def serve(
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
         raise typer.Exit(2) from None
-    command = begin(connection, verbose, "serve")
+    command = begin(connection, verbose, "serve", service=True)
     settings = command.settings
     try:
         token = gateway_token(settings.data_dir, settings.gateway_token)

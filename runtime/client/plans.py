@@ -113,12 +113,16 @@ def fill(plan: SavedPlan, params: Mapping[str, str]) -> SavedPlan:
 
 
 def parse_params(pairs: list[str]) -> dict[str, str]:
-    """``["service=auth", ...]`` as a mapping; an entry without ``=`` is a usage error."""
+    """``["service=auth", ...]`` as a mapping; an entry without ``=``, or a name given twice
+    (which value was meant?), is a usage error."""
     params: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not PARAMETER.fullmatch("{{" + name + "}}"):
             raise PlanFileError(f"--param {pair!r}: write NAME=VALUE (NAME a plain word)")
+        if name in params:
+            raise PlanFileError(f"--param {name} is given twice ({params[name]!r} and "
+                                f"{value!r}): give each parameter once")
         params[name] = value
     return params
 

@@ -41,6 +41,7 @@ from ..bus import (
     ConnectionClosedError,
     NoRespondersError,
     NotFoundError,
+    PublishRefused,
     StreamReader,
     describe,
     stream_missing,
@@ -83,6 +84,9 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
             reply = await bus.request(subj, request, RunAccepted | RunRejected | ActorError,
                                       timeout=min(left, wait))
             break
+        except PublishRefused as exc:  # no planner will ever hear it: say so now
+            raise RunNotAccepted(f"{exc}: submit as a user that may (`client` of `plancast "
+                                 "auth init`, with --creds / NATS_CREDS)") from None
         except NoRespondersError:
             await anyio.sleep(min(0.2, left))
         except TRANSIENT as exc:  # no reply in time, or the connection is reconnecting

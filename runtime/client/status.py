@@ -84,6 +84,9 @@ class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds since the run was accepted."""
     tokens: int = 0
     """Prompt and completion tokens spent so far."""
+    tokens_estimated: bool = False
+    """Some of ``tokens`` are an estimate made here: the model server reported no usage for
+    some call (a stream without usage, a plan cut off)."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,6 +184,7 @@ def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
         lease_remaining=record.lease_until - now,
         age=now - (record.started_at or record.updated_at or now),
         tokens=record.usage.prompt_tokens + record.usage.completion_tokens,
+        tokens_estimated=record.usage.estimated,
     )
 
 

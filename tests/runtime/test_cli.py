@@ -148,6 +148,7 @@ async def test_commands_give_up_on_an_unreachable_nats_within_the_connect_timeou
     assert result.returncode == 2, stderr_tail(result)
     assert len(lines) == 1 and UNREACHABLE in lines[0], lines
     assert lines[0].startswith("error: cannot connect to NATS"), lines
+    assert "within 2s" in lines[0], "a connect timeout given waits for a server starting"
     assert elapsed < 2 + STARTUP_SLACK
 
 
