@@ -130,7 +130,10 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
     s, meta, now = state.scheduler, state.meta, time.time()
     seen: set[int] = set()
     spent: dict[str, Usage] = {}  # per source, since its step's last dispatch or failure
-    for event, fence in tail:
+    # In the order they were numbered, not stored: a pipelined event whose first try went
+    # unanswered is stored again after events sent later (``Bus.settle``), so a step's end
+    # can stand before its dispatch in the stream (chaos seed 7, run c7-0004).
+    for event, fence in sorted(tail, key=lambda item: item[0].seq):
         early = event.seq < next_seq  # only a replayed step's: the rest is in the state
         if early and _step_of(event) not in replayed:
             continue

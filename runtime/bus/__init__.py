@@ -72,6 +72,7 @@ from .local import holding as holding
 from .local import running as running
 from .local import secret_of as secret_of
 from .local import serving as serving
+from .nats_client import PlancastClient as PlancastClient
 from .nats_client import header_block as header_block
 from .private_files import private_dir as private_dir
 from .private_files import read_private as read_private
@@ -133,6 +134,7 @@ __all__ = (
     "NoRespondersError",
     "NotFoundError",
     "ObjectRefused",
+    "PlancastClient",
     "ProvisionError",
     "PublishRefused",
     "Pull",

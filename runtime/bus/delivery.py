@@ -40,7 +40,10 @@ class Delivery:
         self.received_at = time.monotonic()
         self.settled = False
         self._fields: tuple[int, int] | None = None
-        self._connection = _connection_of(msg)
+        stamped = getattr(msg, "received_on", None)
+        self._connection = int(stamped) if stamped is not None else _connection_of(msg)
+        """The connection the message was read on (stamped by ``PlancastClient``; else the
+        one current now)."""
 
     @property
     def data(self) -> bytes:

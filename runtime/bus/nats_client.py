@@ -74,6 +74,15 @@ class PlancastClient(NatsClient):
         self._pending = []
         self._pending_data_size = 0
 
+    def _build_message(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                       headers: dict[str, str] | None) -> Any:
+        """nats-py's, stamped with the connection that read it (``received_on``): a reply
+        is allowed on that connection only, and a message may wait in a queue across a
+        reconnect before anyone looks at it."""
+        msg = super()._build_message(sid, subject, reply, data, headers)
+        msg.received_on = int(self.stats["reconnects"])
+        return msg
+
     async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                            headers: bytes) -> None:
         handler = self._direct.get(sid)

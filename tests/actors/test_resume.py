@@ -231,3 +231,23 @@ def test_a_discarded_steps_events_before_the_save_are_not_replayed() -> None:
     fold(state, early(StepPlanned(run_id=RUN, round=0, step=step(5))), next_seq=10,
          replayed={1})
     assert [s.id for s in state.scheduler.steps] == [1]
+
+
+def test_events_stored_out_of_their_order_are_folded_in_their_order() -> None:
+    """A pipelined event whose first try went unanswered is stored again after events sent
+    later, so the stream can hold a step's end before its dispatch (chaos seed 7, run
+    c7-0004: every planner taking the run over saw the step running again, and waited on it
+    for good). The fold follows the events' numbers, not the stream."""
+    state = saved((step(1), StepState.DONE))
+    events = [msgspec.structs.replace(e, seq=10 + i) for i, e in enumerate((
+        StepPlanned(run_id=RUN, round=0, step=step(2, 1)),
+        PlanFinished(run_id=RUN, round=0, steps=2),
+        StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+        StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a", delivery=1,
+                    heartbeat=0.5),
+        StepFinished(run_id=RUN, step_id=2, attempt=1, output="r2", executor="worker/a",
+                     duration=1.0)))]
+    stream = [events[0], events[1], events[4], events[2], events[3]]  # 14 before 12 and 13
+    fold(state, [(e, 7) for e in stream], next_seq=10)
+    assert state.scheduler.state(2) is StepState.DONE
+    assert state.scheduler.is_done()
