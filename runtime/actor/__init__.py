@@ -1,6 +1,7 @@
 """Actors: the base class with typed handlers, the roles built from a team file, the tasks
 handlers run in, what an actor reports when it cannot handle a message, and the registry
 that finds roles through entry points."""
+
 from .base import Actor as Actor
 from .base import Source as Source
 from .base import Subscription as Subscription

@@ -2,6 +2,7 @@
 connection bound to one deployment prefix, JetStream publishing with fences and objects,
 KV reads, streams and consumers, per-role users, the embedded and local nats-server, and
 the sources actors read; the NATS errors callers catch are re-exported here."""
+
 from .auth import ADMIN as ADMIN
 from .auth import CLIENT as CLIENT
 from .auth import CONF_FILE as CONF_FILE

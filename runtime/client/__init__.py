@@ -1,6 +1,7 @@
 """The client's side of a deployment: submit a run, follow its events (and its sub-team
 runs), cancel it, review its plan and gates, read what the deployment is doing, keep and
 fill reusable plans. No terminal output here: the CLI and the gateway render it."""
+
 from .errors import NothingAwaitsApproval as NothingAwaitsApproval
 from .errors import PlanFileError as PlanFileError
 from .errors import RunNotAccepted as RunNotAccepted

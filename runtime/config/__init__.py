@@ -1,6 +1,7 @@
 """Configuration: settings from flags, the environment and ``.env``, team files, model
 presets, role options and the rules of sub-teams. Plain values, no I/O beyond reading a
 file, so every layer can be handed what it needs."""
+
 from .errors import ModelConfigError as ModelConfigError
 from .errors import TeamConfigError as TeamConfigError
 from .load import load_team as load_team

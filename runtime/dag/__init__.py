@@ -1,5 +1,6 @@
 """The plan as a DAG: which steps may run now, where each step is in its life, and how
 steps refer to each other (``$N``). Pure logic, no I/O: the planner drives it."""
+
 from .errors import PlanValidationError as PlanValidationError
 from .errors import StepStateError as StepStateError
 from .graph import CODE_ARGS as CODE_ARGS

@@ -1,5 +1,6 @@
 """``plancast serve``: an HTTP/SSE gateway and a dashboard for clients without NATS, and who
 may use it (the only package that imports starlette and uvicorn)."""
+
 from .access import TOKEN_FILE as TOKEN_FILE
 from .access import Access as Access
 from .access import gateway_token as gateway_token

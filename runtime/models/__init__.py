@@ -1,6 +1,7 @@
 """Model calls through the official openai client (the only package that imports openai):
 the client, streamed plans read line by line or step by step, structured output in each
 server's dialect, failures named in one line, token estimates and a local llama.cpp server."""
+
 from .chat_stream import SseEvents as SseEvents
 from .chat_stream import decode_chunk as decode_chunk
 from .client import ChatMessage as ChatMessage

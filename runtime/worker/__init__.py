@@ -1,5 +1,6 @@
 """Serving actors in a process: the team checked before anything starts, the actors
 supervised (OTP-style) and drained in order on SIGTERM, the event loop chosen."""
+
 from .errors import ChildExited as ChildExited
 from .errors import SupervisorEscalation as SupervisorEscalation
 from .loop import backend_options as backend_options

@@ -1,5 +1,6 @@
 """Grammars that keep a model to what the scheduler accepts: GBNF (llama.cpp), JSON in GBNF,
 the plan constraint and its JSON Schema form."""
+
 from .gbnf import Alt as Alt
 from .gbnf import Chars as Chars
 from .gbnf import Expr as Expr
