@@ -16,7 +16,7 @@ import ast
 import functools
 import importlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,14 +109,6 @@ PROTOCOLS_THIRD_PARTY = frozenset({"msgspec"})
 # Modules directly in runtime/ (``runtime/*.py``; ``__init__.py``, the face, is not counted).
 MAX_RUNTIME_MODULES = 12
 
-# --- TEMPORARY (issue 28): what the move has not reached yet -------------------------------------
-# A finding that involves one of these modules is not reported. An entry is a dotted module name;
-# ``name.*`` stands for the module and everything below it, ``name.__all__`` for the package's
-# ``__all__`` alone. The move empties this list: an entry whose module is gone fails
-# ``test_pending_names_modules_that_exist``, and ``test_nothing_is_pending`` is an expected failure
-# (shown as XFAIL) until the list is empty.
-PENDING: tuple[str, ...] = (
-)  # fmt: skip
 
 # --- Reading the tree ----------------------------------------------------------------------------
 
@@ -162,19 +154,8 @@ class Finding:
     involves: tuple[str, ...]
 
 
-def _entry_matches(entry: str, module: str) -> bool:
-    if entry.endswith(".*"):
-        prefix = entry.removesuffix(".*")
-        return module == prefix or module.startswith(prefix + ".")
-    return module == entry
-
-
-def _is_pending(module: str) -> bool:
-    return any(_entry_matches(entry, module) for entry in PENDING)
-
-
 def _fail_on(findings: Iterable[Finding]) -> None:
-    reported = sorted({f.message for f in findings if not any(map(_is_pending, f.involves))})
+    reported = sorted({f.message for f in findings})
     if reported:
         pytest.fail(f"{len(reported)} broken:\n" + "\n".join(reported), pytrace=False)
 
@@ -182,27 +163,15 @@ def _fail_on(findings: Iterable[Finding]) -> None:
 # --- The checks, each a function of a tree (so a test can try one on a tree of its own) --------
 
 
-def _project_graph(tree: Tree, leave_out: Callable[[str], bool]) -> dict[str, set[str]]:
-    """Which project modules import which, without the modules ``leave_out`` names."""
-    project = {
-        name: path
-        for name, path in tree.modules.items()
-        if _in_project(name) and not leave_out(name)
-    }
+def _project_graph(tree: Tree) -> dict[str, set[str]]:
+    """Which project modules import which."""
+    project = {name: path for name, path in tree.modules.items() if _in_project(name)}
     return module_graph(tree.imports, project)
 
 
-def _nothing(module: str) -> bool:
-    return False
-
-
-def circle_findings(tree: Tree, leave_out: Callable[[str], bool] = _nothing) -> list[Finding]:
-    """Import circles among the project's modules, through any import at all.
-
-    A left-out module is taken out of the graph, not its circle out of the report: a new circle
-    among the other modules is found even while one of them also sits in an older, wider one.
-    """
-    graph = _project_graph(tree, leave_out)
+def circle_findings(tree: Tree) -> list[Finding]:
+    """Import circles among the project's modules, through any import at all."""
+    graph = _project_graph(tree)
     lines = {(imp.source, imp.target): tree.where(imp) for imp in tree.imports}
     findings = []
     for circle in strongly_connected(graph):
@@ -220,11 +189,9 @@ def circle_findings(tree: Tree, leave_out: Callable[[str], bool] = _nothing) -> 
     return findings
 
 
-def package_circle_findings(
-    tree: Tree, units: Iterable[str], leave_out: Callable[[str], bool] = _nothing
-) -> list[Finding]:
+def package_circle_findings(tree: Tree, units: Iterable[str]) -> list[Finding]:
     """Circles among packages: each may import the other only one way."""
-    graph = _project_graph(tree, leave_out)
+    graph = _project_graph(tree)
     units = tuple(units)
     first_line: dict[tuple[str, str], str] = {}  # (unit, unit) → where one such import is
     for imp in sorted(tree.imports, key=lambda imp: (str(imp.path), imp.line)):
@@ -295,23 +262,6 @@ def test_the_rules_go_one_way() -> None:
     assert not circles, f"ALLOWED lets these packages import each other in a circle: {circles}"
 
 
-def test_pending_names_modules_that_exist() -> None:
-    """An entry of PENDING whose module has moved is done: it must leave the list."""
-    tree = project_tree()
-    stale = [
-        entry
-        for entry in PENDING
-        if entry.removesuffix(".*") not in ALLOWED
-        and not any(_entry_matches(entry.removesuffix(".__all__"), m) for m in tree.modules)
-    ]
-    assert not stale, f"PENDING lists {stale}, which no longer exist: remove them from PENDING"
-
-
-@pytest.mark.xfail(bool(PENDING), reason="PENDING still lists modules the move has not reached")
-def test_nothing_is_pending() -> None:
-    assert not PENDING, f"PENDING still lists {len(PENDING)} entries: {', '.join(PENDING)}"
-
-
 # --- (1) Imports follow ALLOWED ------------------------------------------------------------------
 
 
@@ -377,11 +327,11 @@ def test_third_party_libraries_have_one_owner() -> None:
 
 
 def test_no_import_circle_among_modules() -> None:
-    _fail_on(circle_findings(project_tree(), leave_out=_is_pending))
+    _fail_on(circle_findings(project_tree()))
 
 
 def test_no_import_circle_among_packages() -> None:
-    _fail_on(package_circle_findings(project_tree(), ALLOWED, leave_out=_is_pending))
+    _fail_on(package_circle_findings(project_tree(), ALLOWED))
 
 
 # --- (4) A face per package ----------------------------------------------------------------------
@@ -542,7 +492,7 @@ def test_runtime_has_a_handful_of_top_level_modules() -> None:
     flat = sorted(
         path.stem
         for path in (ROOT / "runtime").glob("*.py")
-        if path.name != "__init__.py" and not _is_pending(f"runtime.{path.stem}")
+        if path.name != "__init__.py"
     )
     assert len(flat) <= MAX_RUNTIME_MODULES, (
         f"runtime/ holds {len(flat)} modules directly ({', '.join(flat)}), at most "
