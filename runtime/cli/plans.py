@@ -174,7 +174,11 @@ def approve(
 ) -> None:
     """Approve the plan a run holds (or an edit of it), or one step at its gate: it runs."""
     command = begin(connection, verbose, "plan approve")
-    steps = _edited_steps(edit) if edit is not None else None
+    try:
+        steps = _edited_steps(edit) if edit is not None else None
+    except PlanFileError as exc:  # the user's file: one line, not a traceback
+        print_error(f"plancast plan approve: {exc}")
+        raise typer.Exit(2) from None
     _decide(command, run_id, step, approved=True, steps=steps, reason="", by=by)
 
 

@@ -205,3 +205,13 @@ async def test_a_plan_kept_by_name_in_the_deployment_runs_again_from_its_name(
     said = missing.stderr.decode().strip().splitlines()
     assert missing.returncode == 2 and len(said) == 1 and "plancast plan list" in said[0], said
     assert bad_name.returncode == 2 and "letters, digits" in bad_name.stderr.decode()
+
+
+async def test_approve_with_an_edit_file_that_is_missing_is_one_line(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    result = await plancast("plan", "approve", "r1", "--edit", str(tmp_path / "missing.json"),
+                            "--nats", nats_url, "--prefix", prefix, cwd=tmp_path)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2, stderr_tail(result)
+    assert len(lines) == 1 and "--edit" in lines[0] and "no such file" in lines[0], lines
