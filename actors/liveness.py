@@ -28,6 +28,8 @@ PRUNE_ABOVE, PRUNE_AFTER = 256, 3600.0
 """An executor's listed work is pruned past this many entries, of those this old (s)."""
 CONSUMER_CHECK_EVERY = 2.0
 """Seconds a consumer's activity is cached (workers that send no heartbeats)."""
+DELIVERED_CHECK_EVERY = 0.5
+"""Seconds a consumer's delivered sequence and backlog are cached (the claim deadline)."""
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Liveness:
         self._self_at = 0.0
         self._since = time.monotonic()
         self._consumers: dict[str, tuple[float, bool]] = {}
+        self._delivered: dict[str, tuple[float, tuple[int, int]]] = {}
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen to every heartbeat of the deployment until cancelled."""
@@ -147,6 +150,39 @@ class Liveness:
             active = True
         self._consumers[consumer] = (now, active)
         return active
+
+    def listed(self, role: str, work: str) -> float | None:
+        """Seconds since a heartbeat of any instance of ``role`` last listed ``work``
+        (None: none did since we listen)."""
+        at = max((listed.get(work, 0.0) for key, listed in self._listed.items()
+                  if key.partition("/")[0] == role), default=0.0)
+        return time.monotonic() - max(at, self._since) if at else None
+
+    async def delivered(self, stream: Stream, consumer: str) -> int:
+        """The stream sequence up to which this work consumer has delivered its messages
+        (in order: a task at or below it was handed to some process); 0 if unknown."""
+        return (await self._progress(stream, consumer))[0]
+
+    async def backlog(self, stream: Stream, consumer: str) -> int:
+        """Messages this consumer holds that were not yet acknowledged (waiting, or in
+        hand); 1 if unknown, so that nothing is judged on a guess."""
+        return (await self._progress(stream, consumer))[1]
+
+    async def _progress(self, stream: Stream, consumer: str) -> tuple[int, int]:
+        now = time.monotonic()
+        cached = self._delivered.get(consumer)
+        if cached is not None and now - cached[0] < DELIVERED_CHECK_EVERY:
+            return cached[1]
+        try:
+            info = await self.bus.js.consumer_info(stream_name(self.bus.prefix, stream),
+                                                   consumer)
+            seq = int(info.delivered.stream_seq or 0) if info.delivered else 0
+            found = (seq, int(info.num_pending or 0) + int(info.num_ack_pending or 0))
+        except Exception as exc:  # unknown for now: no deadline passes on a guess
+            log.debug("consumer %s unknown for now: %s", consumer, exc)
+            found = (0, 1)
+        self._delivered[consumer] = (now, found)
+        return found
 
     def _interval_of(self, role: str) -> float:
         return max((h.interval for h in self._heard.values() if h.role == role),

@@ -107,7 +107,9 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     """Why, as a word: ``error`` (the executor reported it), ``timeout`` (start-to-close),
     ``heartbeat`` (its executor went silent), ``unserved`` (no live executor of its role),
     ``rejected`` (by the critic), ``review_timeout``, ``dead_letter`` (deliveries ran out),
-    ``unclaimed`` (a result came without a claim that counts), ``declined`` (a person
+    ``not_claimed`` (its task was delivered and not claimed within ``[timeouts] claim``),
+    ``unclaimed`` (planners before ``not_claimed``: a result came without a claim that
+    counts), ``declined`` (a person
     rejected it at its approval gate), ``approval`` (nobody decided at its gate in time)."""
 
 

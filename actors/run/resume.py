@@ -53,7 +53,8 @@ from .state import PREVIEW, RunState, StepMeta, source_step, step_source
 
 log = logging.getLogger(__name__)
 
-DECIDED_HERE = frozenset({"timeout", "heartbeat", "unserved", "review_timeout", "unclaimed"})
+DECIDED_HERE = frozenset({"timeout", "heartbeat", "unserved", "review_timeout", "unclaimed",
+                          "not_claimed"})
 """Failures the owner decided itself (its clocks, its patience): no message brings them
 back, so the replay applies them, retry included."""
 

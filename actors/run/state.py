@@ -84,6 +84,11 @@ class StepMeta:
     """Unix time its output went to the critic."""
     task_seq: int = 0
     """The current attempt's task in the work stream, once stored."""
+    delivered_at: float = 0.0
+    """Unix time its task was first seen delivered (0: not yet; the claim deadline)."""
+    answer: int = 0
+    """A fingerprint of the result that settled the attempt (0: none known here): the
+    same message again passes, another answer is refused."""
     task_id: str = ""
     """The ``Nats-Msg-Id`` of that task."""
     recorded: bool = False
@@ -98,6 +103,7 @@ class StepMeta:
         self.dispatched_at, self.claimed_at, self.review_sent_at = now, 0.0, 0.0
         self.beats = 0.0
         self.task_seq, self.task_id, self.review_output = 0, "", None
+        self.delivered_at, self.answer = 0.0, 0
 
 
 @dataclass

@@ -123,6 +123,9 @@ async def _expired(run: RunOps, step: Step, meta: StepMeta, now: float) -> Expir
         why = await _unserved(run, "critic", "review", meta.review_sent_at)
         return expired("unserved", why, False) if why else None
     if not meta.claimants:
+        late = await _not_claimed(run, step, meta, now)
+        if late:
+            return expired("not_claimed", late)
         why = await _unserved(run, None, f"step-{step.role}", meta.dispatched_at, step.role)
         return expired("unserved", why, False) if why else None
     limit = run.env.team.step_timeout(step.role, step.timeout)
@@ -140,6 +143,33 @@ async def _expired(run: RunOps, step: Step, meta: StepMeta, now: float) -> Expir
                            f"{attempt}: no heartbeat listed it for {silent:.0f}s (heartbeat "
                            f"timeout {timeouts.heartbeat:g}s); it died, hung or dropped it")
     return None
+
+
+async def _not_claimed(run: RunOps, step: Step, meta: StepMeta, now: float) -> str:
+    """Why the attempt fails for want of a claim, or "": its task was handed to a process
+    (the consumer delivered past it) ``[timeouts] claim`` seconds ago and nobody claimed it.
+    A heartbeat listing the step shows it in hand meanwhile (a claim still on its way)."""
+    wait = run.env.team.timeouts.claim
+    if not meta.task_seq or now - meta.dispatched_at <= wait:
+        return ""
+    if not meta.delivered_at:
+        consumer = f"step-{step.role}"
+        if await run.env.liveness.delivered(Stream.WORK, consumer) < meta.task_seq:
+            return ""  # still queued: the unserved deadline watches that
+        meta.delivered_at = now
+    liveness = run.env.liveness
+    held = liveness.listed(step.role, f"{run.run_id}/{step.id}")
+    listening = time.monotonic() - liveness.since()  # we were deaf before: nothing is known
+    since = max(meta.delivered_at, now - held if held is not None else 0.0, now - listening)
+    if now - since <= wait \
+            and now - meta.delivered_at <= run.env.team.step_timeout(step.role, step.timeout):
+        return ""
+    if await liveness.backlog(Stream.RESULTS, f"run-{run.run_id}"):
+        return ""  # its claim may be among the outcomes not applied yet
+    return (f"not claimed: its task was delivered to a {step.role!r} process "
+            f"{now - meta.delivered_at:.0f}s ago and no step.claimed came within {wait:g}s "
+            "([timeouts] claim); the executor acknowledged the task without claiming it, "
+            "or died holding it")
 
 
 async def _unserved(run: RunOps, kind: str | None, consumer: str, since: float,

@@ -61,6 +61,10 @@ class Timeouts(BaseModel):
     heartbeat: float = Field(default=20.0, gt=0)
     """The claiming executor's heartbeats stop listing the step for this long (it died, hung
     or acknowledged the task and forgot it)."""
+    claim: float = Field(default=10.0, gt=0)
+    """A task delivered to an executor and not claimed (``step.claimed``) for this long:
+    the attempt fails with cause ``not_claimed`` (the executor took it and dropped it, or
+    acknowledged it without a claim) and is retried."""
     unserved: float = Field(default=30.0, gt=0)
     """A step (or review, or synthesis) waits this long while no live process serves its role."""
     review: float = Field(default=600.0, gt=0)
