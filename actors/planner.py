@@ -337,6 +337,26 @@ class Planner(RoleActor):
             run.scope.cancel()
             await delivery.nak()  # the run's new owner will get it
 
+    async def refuse(self, delivery: Delivery, reason: str) -> None:
+        """An outcome that cannot be read (not JSON, invalid, oversized, a reference that
+        cannot be fetched): a dead letter and our own report, and, like any refused
+        outcome, the run's ``outcome.refused`` event and the sender's error subject."""
+        await super().refuse(delivery, reason)
+        if stream_of(self.bus.prefix, delivery.subject) is not Stream.RESULTS:
+            return
+        *_, run_id, sender = delivery.subject.split(".")  # result.<run>.<role>
+        kind = _kind_of(delivery.data)
+        run = self.runs.get(run_id)
+        try:
+            if run is not None and run.record.status == "active":
+                await run.refuse(kind, reason, sender=sender, role=sender)
+                return
+            await self.bus.publish(self.bus.subject(Verb.ERROR, sender), ActorError(
+                role=self.name, instance=self.instance, subject=delivery.subject,
+                reason=f"{kind} refused: {reason}", size=delivery.size, ts=time.time()))
+        except Exception as exc:  # a courtesy: the dead letter and our report stand
+            log.warning("could not tell %s of a refused outcome: %s", sender, exc)
+
     async def _not_ours(self, run_id: str, message: Message, delivery: Delivery) -> None:
         """An outcome on the subject of a run this planner does not drive (any more): back
         to whoever does, or, for a run that has ended, said to have come too late."""
@@ -403,6 +423,15 @@ class Planner(RoleActor):
             log.warning("adopting run %s from %s (its lease expired)", record.run_id,
                         record.owner)
             self._start(claimed, revision, adopted=True, previous=record.owner)
+
+
+def _kind_of(data: bytes) -> str:
+    """The type tag an unreadable outcome claims to be, for its refusal."""
+    try:
+        kind = msgspec.json.decode(data).get("type")
+    except Exception:
+        return "unreadable"
+    return kind if isinstance(kind, str) and len(kind) <= 64 else "unreadable"
 
 
 def _trace_end(run: Run) -> None:

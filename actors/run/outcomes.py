@@ -38,7 +38,7 @@ from protocols import (
     WorkFailed,
     object_space,
 )
-from runtime.bus import CLIENT, ObjectRefused
+from runtime.bus import CLIENT, TRANSIENT, APIError, ObjectRefused
 from runtime.config import TEAM_KIND
 from runtime.dag import StepState, StepStateError
 from runtime.errors import PlancastError
@@ -200,11 +200,13 @@ def _role_of(run: RunOps, step_id: int, sender: str) -> list[str]:
         return [sender]
 
 
-async def refuse(run: RunOps, message: Message, reason: str, *, role: str,
+async def refuse(run: RunOps, message: Message | str, reason: str, *, role: str,
                  step_id: int | None = None, attempt: int = 0, sender: str = "") -> None:
-    """Say that ``message``, sent on ``role``'s result subject, does not count, and why: on
-    the run's events, and to the sender on its role's error subject."""
-    kind = msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
+    """Say that ``message`` (or a message of that kind that could not be read), sent on
+    ``role``'s result subject, does not count, and why: on the run's events, and to the
+    sender on its role's error subject."""
+    kind = message if isinstance(message, str) \
+        else msgspec.inspect.type_info(type(message)).tag  # type: ignore[attr-defined]
     log.info("run %s: %s refused: %s", run.run_id, kind, reason)
     run.refused += 1
     if run.refused <= REFUSALS_TOLD:  # a flood of them must not crowd the events stream
@@ -252,13 +254,18 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
                          sender=sender, role=role)
         return False
     if not run.current(sid, attempt) or meta.review_output is not None:
-        repeat = meta.executor == sender and meta.delivery == result.delivery \
+        same = meta.executor == sender and meta.delivery == result.delivery \
             and run.scheduler.attempt(sid) == attempt
+        repeat = same and meta.answer in (0, _fingerprint(result))
         if not repeat and not _told(run, sid, attempt):
             state = run.state_of(sid)
             why = (f"attempt {attempt} of step {sid} is no longer wanted (the step is at "
                    f"attempt {run.scheduler.attempt(sid)}, {state.value if state else '?'})")
-            if meta.review_output is not None and run.current(sid, attempt):
+            if same:
+                why = (f"a second answer to attempt {attempt} of step {sid} (delivery "
+                       f"{result.delivery}): its first answer counted already; one answer "
+                       "per delivery")
+            elif meta.review_output is not None and run.current(sid, attempt):
                 why = f"another result of attempt {attempt} of step {sid} is under review"
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
@@ -270,18 +277,15 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
     if not _claimed_by(meta.claimants, sender, result.delivery):
         if patient:
             raise Early(f"step {sid} attempt {attempt}")
+        # Refused alone: the attempt goes on, and its claimant's result still counts (a
+        # task taken and never claimed meets the claim deadline: ``timers``).
         await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
                      f"{attempt} of step {sid} in delivery {result.delivery} (claimed by: "
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",
                      step_id=sid, attempt=attempt, sender=sender, role=role)
-        if not meta.claimants:  # its task was taken and answered: nothing else will come
-            await forget(run, [sid])
-            await step_failed(run, run.scheduler.step(sid), attempt,
-                              "an execution answered without a claim that counts; the "
-                              "attempt is run again", attempt < run.env.team.step_attempts,
-                              "unclaimed")
         return False
     meta.executor, meta.delivery = sender, result.delivery  # who settled the attempt
+    meta.answer = _fingerprint(result)
     await run.spent(step_source(sid), result.usage)
     meta.usage = meta.usage + result.usage
     run.touch(sid)
@@ -296,8 +300,11 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
             output = (await run.env.bus.get_object(result.output_ref, space=object_space(
                 run.env.bus.prefix, run.env.bus.subject(Verb.RESULT, run.run_id, role)),
                 limit=run.env.object_limit_of(role))).decode()
-        except (ObjectRefused, UnicodeDecodeError) as exc:  # fetching it again changes nothing
-            why = f"its output_ref cannot be used: {exc}"
+        except TRANSIENT:
+            raise  # a failover: the handler is retried
+        except (ObjectRefused, UnicodeDecodeError, APIError) as exc:  # again changes nothing
+            ref = result.output_ref
+            why = f"its output_ref {ref.bucket}/{ref.name} cannot be used: {exc}"
             await refuse(run, result, why, step_id=sid, attempt=attempt, sender=sender,
                          role=role)
             await step_failed(run, step, attempt, why, attempt < run.env.team.step_attempts,
@@ -393,6 +400,11 @@ async def _replan_request(run: RunOps, request: ReplanRequest) -> None:
 def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:
     """A result counts only after a claim by the same executor for the same delivery."""
     return f"{executor}#{delivery}" in claimants
+
+
+def _fingerprint(result: StepResult) -> int:
+    """Tells a result delivered again (the same message) from a second answer."""
+    return hash(msgspec.json.encode(result)) or 1
 
 
 def _told(run: RunOps, sid: int, attempt: int) -> bool:

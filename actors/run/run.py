@@ -256,9 +256,11 @@ class Run:
             self.abort(RunFailure("runtime", str(exc), "storage"))
         return early
 
-    async def refuse(self, message: Message, reason: str, *, sender: str, role: str) -> None:
-        """Refuse an outcome its planner does not hand to ``receive`` (``outcomes.refuse``),
-        and store the event that says so."""
+    async def refuse(self, message: Message | str, reason: str, *, sender: str,
+                     role: str) -> None:
+        """Refuse an outcome its planner does not hand to ``receive`` (``outcomes.refuse``;
+        a ``str``: the kind of one that could not be read), and store the event that says
+        so."""
         async with self.lock:
             await outcomes.refuse(self, message, reason, sender=sender, role=role)
         await self.events.flush()
