@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from ..config import ModelSettings
 
 
+def silent_server(settings: ModelSettings) -> ModelError:
+    """A server that took a streamed request and sent nothing within ``first_byte_timeout``."""
+    preset, table = (f"preset {settings.name!r}, ", f"[models.{settings.name}]") \
+        if settings.name else ("", "the role's model table")
+    return ModelError(
+        f"the model server at {settings.effective_base_url()} ({preset}model "
+        f"{settings.model!r}) accepted the request and sent nothing within "
+        f"{settings.first_byte_timeout:g}s (first_byte_timeout); check that it is running "
+        f"and not stuck, or raise first_byte_timeout under {table}")
+
+
 def model_error(exc: openai.OpenAIError, settings: ModelSettings,
                 constraint: Constraint | None = None,
                 ) -> ModelError | StructuredOutputUnsupported:
