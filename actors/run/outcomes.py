@@ -107,6 +107,12 @@ async def apply(run: RunOps, message: Message, sender: str, *, patient: bool = F
                 run.abort(RunFailure("synthesize" if message.work == "synthesis" else "execute",
                                      f"{message.work} by {message.actor}: {message.error}",
                                      "config"))
+            elif not message.will_retry and message.work in WORK_KINDS:
+                await _replan_request(run, ReplanRequest(  # given up: nothing else will come
+                    run_id=run.run_id, source=message.actor, work=message.work,
+                    failed_step=message.step_id, attempt=message.attempt,
+                    reason=message.error))
+                return False
             return True  # a report: it changes no state (an abort saves on its own)
     return False
 
