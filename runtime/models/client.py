@@ -24,7 +24,7 @@ from protocols import Usage
 from ..config import ROLE_HEADER, ModelSettings
 from .chat_answer import decode_answer, request_body
 from .chat_stream import ChatChunkStream
-from .errors import ModelError
+from .errors import ModelError, StructuredOutputUnsupported
 from .failures import model_error, silent_server
 from .line_stream import LineStream, split_lines
 from .retries import Calls, backoff, retryable
@@ -137,6 +137,9 @@ class ModelClient:
         try:
             raw = await self._send(lambda: self._client.post(
                 "/chat/completions", cast_to=bytes, body=body), constraint, requests)
+        except (ModelError, StructuredOutputUnsupported) as exc:
+            exc.usage = self._record_failed(requests.sent)  # the run counts them too
+            raise
         except BaseException:
             self._record_failed(requests.sent)
             raise

@@ -42,6 +42,7 @@ async def test_a_synthesis_given_up_on_a_failing_server_fails_the_run_at_once(
     failure = out.failure
     assert (failure.stage, failure.cause) == ("synthesize", "synthesis")
     assert "HTTP 500" in failure.reason and BROKEN in failure.reason, failure.reason
+    assert failure.usage.calls == 3  # the plan, and the synthesis's call in each delivery
 
 
 async def test_a_review_given_up_on_a_failing_server_fails_the_step_at_once(
@@ -57,6 +58,7 @@ async def test_a_review_given_up_on_a_failing_server_fails_the_step_at_once(
     failure = out.failure
     assert failure.cause == "step_failed"
     assert "HTTP 500" in failure.reason and BROKEN in failure.reason, failure.reason
+    assert failure.usage.calls == 3  # the plan, and the review's call in each delivery
 
 
 async def test_a_server_killed_mid_run_fails_the_run_once_its_synthesis_is_given_up(

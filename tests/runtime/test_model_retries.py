@@ -51,9 +51,10 @@ async def test_a_refused_dialect_is_sent_once_and_counted() -> None:
     scenario = Scenario(rules=[Rule(text="{}")],
                         rejects=[Rejection(constraint="json_schema", status=500)])
     async with model(scenario, max_retries=2, structured="json_schema") as (server, client):
-        with pytest.raises(StructuredOutputUnsupported, match="json_schema"):
+        with pytest.raises(StructuredOutputUnsupported, match="json_schema") as caught:
             await client.complete([USER], constraint=answer_constraint(
                 "json_schema", Answer))
+        assert caught.value.usage is not None and caught.value.usage.calls == 1
         with pytest.raises(StructuredOutputUnsupported):
             async with client.stream_lines([USER], constraint=answer_constraint(
                     "json_schema", Answer)) as lines:
