@@ -50,10 +50,11 @@ def model_error(exc: openai.OpenAIError, settings: ModelSettings,
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body
-        refused = refusal(status, f"{exc.message} {body}", settings, constraint)
+        detail = body.get("message") if isinstance(body, dict) else None
+        refused = refusal(status, f"{exc.message} {body}", settings, constraint,
+                          shown=detail if isinstance(detail, str) else None)
         if refused is not None:
             return refused
-        detail = body.get("message") if isinstance(body, dict) else None
         if exc.code == SCRIPTED_NO_ANSWER:
             return ScenarioHasNoAnswer(f"{where}: {detail or exc.message}", status_code=status)
         hints = {

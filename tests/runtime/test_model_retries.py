@@ -55,6 +55,7 @@ async def test_a_refused_dialect_is_sent_once_and_counted() -> None:
             await client.complete([USER], constraint=answer_constraint(
                 "json_schema", Answer))
         assert caught.value.usage is not None and caught.value.usage.calls == 1
+        assert "Error code" not in str(caught.value)  # the server's own message, once
         with pytest.raises(StructuredOutputUnsupported):
             async with client.stream_lines([USER], constraint=answer_constraint(
                     "json_schema", Answer)) as lines:
