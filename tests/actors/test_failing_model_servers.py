@@ -74,7 +74,7 @@ async def test_a_server_killed_mid_run_fails_the_run_once_its_synthesis_is_given
             url = re.findall(r"http://\S+/v1", await server.says("OpenAI-compatible API"))[0]
 
             async def kill_once_asked(bus: Bus, run_id: str) -> None:
-                await server.says("rule #1 synthesis")  # the synthesizer's call is in flight
+                await server.says("rule #1 synthesis", 60.0)  # the synthesizer's call is in flight
                 server.process.kill()
 
             out = await run_team(nats_url, prefix, [], model_url=url, during=kill_once_asked,
