@@ -282,6 +282,9 @@ class WorkError(Message, frozen=True, kw_only=True, tag="work.error"):
     setup_error: bool = False
     """True if the failure is a configuration mistake no retry can fix (a model server that
     refuses the structured-output dialect of its preset): the run fails at once with it."""
+    usage: Usage = Usage()
+    """Model calls the failed attempt made, counted in the run's usage (a request that got
+    no answer is a call of unknown tokens)."""
     nonce: str = ""
     """The ``nonce`` of the task this answers: proof that its sender received that task.
     Required: the planner refuses an answer without it (``runtime.nonces``)."""

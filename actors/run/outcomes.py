@@ -99,6 +99,7 @@ async def apply(run: RunOps, message: Message, sender: str, *, patient: bool = F
             why = f": {message.reason}" if message.reason else ""
             run.abort(RunFailure("runtime", f"cancelled{who}{why}", "cancelled"))
         case WorkError():
+            await run.spent(_spender(message), message.usage)
             await run.events.emit(WorkFailed(
                 run_id=run.run_id, work=message.work, step_id=message.step_id,
                 attempt=message.attempt, actor=message.actor, error=message.error,
@@ -107,6 +108,12 @@ async def apply(run: RunOps, message: Message, sender: str, *, patient: bool = F
                 run.abort(RunFailure("synthesize" if message.work == "synthesis" else "execute",
                                      f"{message.work} by {message.actor}: {message.error}",
                                      "config"))
+            elif not message.will_retry and message.work in WORK_KINDS:
+                await _replan_request(run, ReplanRequest(  # given up: nothing else will come
+                    run_id=run.run_id, source=message.actor, work=message.work,
+                    failed_step=message.step_id, attempt=message.attempt,
+                    reason=message.error))
+                return False
             return True  # a report: it changes no state (an abort saves on its own)
     return False
 
@@ -395,6 +402,16 @@ async def _replan_request(run: RunOps, request: ReplanRequest) -> None:
         await forget(run, [sid])
         await step_failed(run, run.scheduler.step(sid), attempt,
                           f"{request.source}: {request.reason}", False, "dead_letter")
+
+
+def _spender(report: WorkError) -> str:
+    """Whose usage a failed attempt's model calls are, as ``UsageRecorded`` names it."""
+    if report.work == "synthesis":
+        return "synthesizer"
+    if report.step_id is None:
+        return report.work
+    return f"critic:{report.step_id}" if report.work == "review" \
+        else step_source(report.step_id)
 
 
 def _claimed_by(claimants: set[str], executor: str, delivery: int) -> bool:

@@ -30,6 +30,7 @@ from protocols import (
     Heartbeat,
     InvalidSubjectToken,
     Message,
+    Usage,
     Verb,
     WorkError,
     decoder_for,
@@ -339,9 +340,10 @@ class Actor:
         setup = isinstance(exc, SetupError)
         reason = str(exc) if setup else f"{type(exc).__name__}: {exc}"
         will_retry = delivery.durable and delivery.retries_left() and not setup
+        spent = getattr(exc, "usage", None)  # a failed model call's requests (ModelError)
         report = work_error(message, actor=f"{self.name}/{self.instance}",
                             delivery=delivery.deliveries, error=reason, will_retry=will_retry,
-                            setup_error=setup)
+                            setup_error=setup, usage=spent if isinstance(spent, Usage) else None)
         if report is not None:
             await self._tell_run(report)
         if will_retry:

@@ -9,14 +9,24 @@ from typing import Any
 
 import msgspec
 
-from protocols import UNREADABLE, Message, ReviewTask, StepTask, SynthesisTask, WorkError
+from protocols import (
+    UNREADABLE,
+    Message,
+    ReviewTask,
+    StepTask,
+    SynthesisTask,
+    Usage,
+    WorkError,
+)
 
 
 def work_error(message: Message, *, actor: str, delivery: int, error: str,
-               will_retry: bool, setup_error: bool = False) -> WorkError | None:
+               will_retry: bool, setup_error: bool = False,
+               usage: Usage | None = None) -> WorkError | None:
     """The report to a run of a failure to handle one of its tasks (None: not run work)."""
     common: dict[str, Any] = {"actor": actor, "delivery": delivery, "error": error[:2000],
-                              "will_retry": will_retry, "setup_error": setup_error}
+                              "will_retry": will_retry, "setup_error": setup_error,
+                              "usage": usage or Usage()}
     match message:
         case StepTask() | ReviewTask() | SynthesisTask():
             common["nonce"] = message.nonce

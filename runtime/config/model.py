@@ -53,8 +53,14 @@ class ModelSettings(BaseModel):
     """Extra JSON fields for servers with their own options (e.g. vLLM's ``top_k``)."""
     timeout: float = 120.0
     """Seconds to wait for a response (or the next streamed chunk)."""
-    max_retries: int = 2
-    """Retries of connection errors, 408/409/429 and 5xx, with the client's backoff."""
+    first_byte_timeout: float = Field(default=60.0, gt=0)
+    """Seconds from sending a streamed request (a plan) to its first chunk (time to first
+    token): a server that accepted the request and sends nothing is given up after this,
+    not asked again with the same request; separate from ``timeout``."""
+    max_retries: int = Field(default=2, ge=0)
+    """Retries of connection errors, 408/409/429 and 5xx, with backoff (plancast's own, not
+    the client's): a timeout and an error that names the request's shape (a refused
+    structured-output dialect) are never retried."""
     prompt_price_per_mtok: float = 0.0
     """USD per million prompt tokens, for the cost in :class:`Usage`."""
     completion_price_per_mtok: float = 0.0

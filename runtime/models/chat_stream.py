@@ -119,9 +119,21 @@ class ChatChunkStream:
         self._stream = stream
         self._failures = _transport_errors(response)
         self._closed = False
+        self._ahead: list[ChatChunk | None] = []
+        """The first chunk (None: the end), once :meth:`first_chunk` read it ahead."""
+
+    async def first_chunk(self) -> None:
+        """Wait for the server's first chunk (or the end), kept for :meth:`next_chunk`: the
+        time to it is the server's time to first token."""
+        self._ahead.append(await self._read_chunk())
 
     async def next_chunk(self) -> ChatChunk | None:
         """The next chunk, None once the stream has ended; openai exceptions on failure."""
+        if self._ahead:
+            return self._ahead.pop()
+        return await self._read_chunk()
+
+    async def _read_chunk(self) -> ChatChunk | None:
         while True:
             line = await self._next_line()
             if line is None:

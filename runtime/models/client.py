@@ -10,11 +10,12 @@ read by :mod:`runtime.models.chat_stream`, not by the SDK's per-chunk models).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
+import anyio
 import msgspec
 import openai
 
@@ -23,9 +24,10 @@ from protocols import Usage
 from ..config import ROLE_HEADER, ModelSettings
 from .chat_answer import decode_answer, request_body
 from .chat_stream import ChatChunkStream
-from .errors import ModelError
-from .failures import model_error
+from .errors import ModelError, StructuredOutputUnsupported
+from .failures import model_error, silent_server
 from .line_stream import LineStream, split_lines
+from .retries import Calls, backoff, retryable
 from .structured import Constraint
 from .token_estimate import estimate_messages, estimate_text
 
@@ -68,6 +70,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     """``stop``, ``length``, ``tool_calls`` ..."""
 
 
+_T = TypeVar("_T")
+
+
 class _TokenCounts(Protocol):
     """Token counts as a server reports them (whole responses, or a stream's last chunk)."""
 
@@ -95,7 +100,7 @@ class ModelClient:
             api_key=settings.api_key(),
             base_url=settings.base_url,
             timeout=settings.timeout,
-            max_retries=settings.max_retries,
+            max_retries=0,  # plancast retries itself: not what cannot change (.retries)
             default_headers={ROLE_HEADER: role} if role else None,
         )
 
@@ -128,10 +133,16 @@ class ModelClient:
         body = request_body(s.model, messages, tools=tools, response_format=response_format,
                             temperature=s.temperature, max_tokens=self.max_tokens,
                             extra=_body(s, constraint))
+        requests = Calls()
         try:
-            raw = await self._client.post("/chat/completions", cast_to=bytes, body=body)
-        except openai.OpenAIError as exc:
-            raise model_error(exc, s, constraint) from exc
+            raw = await self._send(lambda: self._client.post(
+                "/chat/completions", cast_to=bytes, body=body), constraint, requests)
+        except (ModelError, StructuredOutputUnsupported) as exc:
+            exc.usage = self._record_failed(requests.sent)  # the run counts them too
+            raise
+        except BaseException:
+            self._record_failed(requests.sent)
+            raise
         where = f"model {s.model!r} at {s.effective_base_url()}"
         try:
             response = decode_answer(raw)
@@ -148,7 +159,8 @@ class ModelClient:
             if call.type == "function" and call.function is not None
         ]
         text = choice.message.content or ""
-        usage = self._record(response.usage, messages, text + _calls_text(calls), tools)
+        usage = self._record(response.usage, messages, text + _calls_text(calls), tools) \
+            + self._record_failed(requests.sent - 1)  # the retries it took count too
         return Completion(
             text=text,
             tool_calls=calls,
@@ -168,8 +180,7 @@ class ModelClient:
         array, from a server that ignored the schema, is read as lines at its end).
         """
         return LineStream(partial(self._open_stream, messages, constraint),
-                          lambda reported, text: self._record(reported, messages, text),
-                          self.settings, constraint)
+                          partial(self._record_stream, messages), self.settings, constraint)
 
     def _record(self, reported: _TokenCounts | None, messages: Sequence[ChatMessage],
                 text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> Usage:
@@ -185,20 +196,61 @@ class ModelClient:
         self.total_usage += usage
         return usage
 
+    def _record_failed(self, sent: int) -> Usage:
+        """Count requests that got no answer: calls made, tokens unknown (none counted)."""
+        usage = Usage(calls=sent)
+        self.total_usage += usage
+        return usage
+
+    def _record_stream(self, messages: Sequence[ChatMessage], reported: _TokenCounts | None,
+                       text: str, calls: Calls, opened: bool) -> Usage:
+        """Count a streamed call: the stream that was read, and every request before it
+        that failed (all of them if none was answered)."""
+        failed = self._record_failed(calls.sent - opened)
+        return failed + self._record(reported, messages, text) if opened else failed
+
+    async def _send(self, send: Callable[[], Awaitable[_T]], constraint: Constraint | None,
+                    calls: Calls) -> _T:
+        """Send a request, again while its error may pass (``.retries``), at most
+        ``max_retries`` more times; each one sent is counted in ``calls``."""
+        s = self.settings
+        retry = 0
+        while True:
+            calls.sent += 1
+            try:
+                return await send()
+            except openai.OpenAIError as exc:
+                error = model_error(exc, s, constraint)
+                if retry >= s.max_retries or not retryable(exc, error):
+                    raise error from exc
+                await anyio.sleep(backoff(retry, exc))
+                retry += 1
+
     async def _open_stream(
-        self, messages: Sequence[ChatMessage], constraint: Constraint | None
+        self, messages: Sequence[ChatMessage], constraint: Constraint | None, calls: Calls
     ) -> ChatChunkStream:
-        """Send a streamed request; its body is read by :class:`ChatChunkStream`, not the
-        SDK (whose per-chunk models cost the planner more CPU than the rest of a step)."""
+        """Send a streamed request and wait for its first chunk, within the preset's
+        ``first_byte_timeout`` (a server that sends nothing is not asked again); its body
+        is read by :class:`ChatChunkStream`, not the SDK (whose per-chunk models cost the
+        planner more CPU than the rest of a step)."""
         s = self.settings
         body = request_body(s.model, messages, temperature=s.temperature,
                             max_tokens=self.max_tokens, extra=_body(s, constraint), stream=True)
-        try:
-            return ChatChunkStream(await self._client.post(
-                "/chat/completions", cast_to=object, body=body, stream=True,
-                stream_cls=openai.AsyncStream[Any]))
-        except openai.OpenAIError as exc:
-            raise model_error(exc, s, constraint) from exc
+
+        async def send() -> ChatChunkStream:
+            with anyio.move_on_after(s.first_byte_timeout):
+                stream = ChatChunkStream(await self._client.post(
+                    "/chat/completions", cast_to=object, body=body, stream=True,
+                    stream_cls=openai.AsyncStream[Any]))
+                try:
+                    await stream.first_chunk()
+                except BaseException:
+                    await stream.aclose()
+                    raise
+                return stream
+            raise silent_server(s)
+
+        return await self._send(send, constraint, calls)
 
 
 def _calls_text(calls: Sequence[ToolCall]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from protocols import Usage
+
 from ..config import ModelConfigError
 from ..errors import PlancastError
 
@@ -11,6 +13,9 @@ class ModelError(PlancastError):
 
     The message says what to check: the base URL, the API key or the model name.
     """
+
+    usage: Usage | None = None
+    """The requests the failed call sent (set by the client): calls, tokens unknown."""
 
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
@@ -22,6 +27,9 @@ class StructuredOutputUnsupported(ModelConfigError):
     """The model's server refused the structured-output constraint we sent (HTTP 400/500
     naming ``response_format``, ``grammar`` ...): the preset's ``structured`` setting does
     not match the server. Retrying cannot help; the message names the setting to change."""
+
+    usage: Usage | None = None
+    """The requests the failed call sent (one: it is not sent again)."""
 
 
 class ScenarioHasNoAnswer(ModelError, ModelConfigError):

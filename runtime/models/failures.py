@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from ..config import ModelSettings
 
 
+def silent_server(settings: ModelSettings) -> ModelError:
+    """A server that took a streamed request and sent nothing within ``first_byte_timeout``."""
+    preset, table = (f"preset {settings.name!r}, ", f"[models.{settings.name}]") \
+        if settings.name else ("", "the role's model table")
+    return ModelError(
+        f"the model server at {settings.effective_base_url()} ({preset}model "
+        f"{settings.model!r}) accepted the request and sent nothing within "
+        f"{settings.first_byte_timeout:g}s (first_byte_timeout); check that it is running "
+        f"and not stuck, or raise first_byte_timeout under {table}")
+
+
 def model_error(exc: openai.OpenAIError, settings: ModelSettings,
                 constraint: Constraint | None = None,
                 ) -> ModelError | StructuredOutputUnsupported:
@@ -39,10 +50,11 @@ def model_error(exc: openai.OpenAIError, settings: ModelSettings,
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body
-        refused = refusal(status, f"{exc.message} {body}", settings, constraint)
+        detail = body.get("message") if isinstance(body, dict) else None
+        refused = refusal(status, f"{exc.message} {body}", settings, constraint,
+                          shown=detail if isinstance(detail, str) else None)
         if refused is not None:
             return refused
-        detail = body.get("message") if isinstance(body, dict) else None
         if exc.code == SCRIPTED_NO_ANSWER:
             return ScenarioHasNoAnswer(f"{where}: {detail or exc.message}", status_code=status)
         hints = {

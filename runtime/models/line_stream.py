@@ -20,6 +20,7 @@ from protocols import Usage
 from .chat_stream import ChatChunkStream, ChunkUsage
 from .failures import model_error
 from .json_stream import StepArrayReader
+from .retries import Calls
 from .structured import Constraint
 
 if TYPE_CHECKING:
@@ -39,12 +40,12 @@ class LineStream:
     text received.
     """
 
-    def __init__(self, open_stream: Callable[[], Awaitable[ChatChunkStream]],
-                 count: Callable[[ChunkUsage | None, str], Usage], settings: ModelSettings,
-                 constraint: Constraint | None = None) -> None:
-        """``open_stream`` sends the request; ``count`` turns what the server reported (or
-        None) and the text received into the call's usage, once; ``settings`` name the model
-        in errors."""
+    def __init__(self, open_stream: Callable[[Calls], Awaitable[ChatChunkStream]],
+                 count: Callable[[ChunkUsage | None, str, Calls, bool], Usage],
+                 settings: ModelSettings, constraint: Constraint | None = None) -> None:
+        """``open_stream`` sends the request (counting each one sent); ``count`` turns what
+        the server reported (or None), the text received, the requests sent and whether one
+        was answered into the call's usage, once; ``settings`` name the model in errors."""
         self.usage: Usage | None = None
         """Usage of the call; None until the stream has ended."""
         self.finish_reason: str | None = None
@@ -58,6 +59,7 @@ class LineStream:
         self._steps = StepArrayReader() if constraint and constraint.framing == "steps" \
             else None
         self._stream: ChatChunkStream | None = None
+        self._calls = Calls()
         self._reported: ChunkUsage | None = None
         self._ready: deque[str] = deque()
         self._partial: list[str] = []
@@ -88,7 +90,7 @@ class LineStream:
 
     async def _pull(self) -> None:
         if self._stream is None:
-            self._stream = await self._open_stream()
+            self._stream = await self._open_stream(self._calls)
         try:
             chunk = await self._stream.next_chunk()
         except openai.OpenAIError as exc:
@@ -135,10 +137,11 @@ class LineStream:
 
     async def aclose(self) -> None:
         """Stop streaming and release the connection (safe to call more than once); the
-        call is counted here, once, whether it ended or was cut."""
+        call is counted here, once, whether it ended, was cut or got no answer."""
         self._done = True
-        if self._stream is not None and self.usage is None:
-            self.usage = self._count(self._reported, self.text)
+        if self._calls.sent and self.usage is None:
+            self.usage = self._count(self._reported, self.text, self._calls,
+                                     self._stream is not None)
         if self._stream is not None:
             await self._stream.aclose()
 

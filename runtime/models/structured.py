@@ -102,8 +102,10 @@ def _schema_body(dialect: str, name: str, schema: dict[str, Any],
 
 
 def refusal(status: int, detail: str, settings: ModelSettings,
-            constraint: Constraint | None) -> StructuredOutputUnsupported | None:
-    """The configuration error an HTTP error means, if the server refused our constraint."""
+            constraint: Constraint | None, *,
+            shown: str | None = None) -> StructuredOutputUnsupported | None:
+    """The configuration error an HTTP error means, if the server refused our constraint;
+    ``shown`` is the server's own message, quoted instead of the whole ``detail``."""
     if constraint is None or status < 400 or not any(n in detail for n in _NAMES):
         return None
     others = " or ".join(repr(d) for d in DIALECTS if d != constraint.dialect)
@@ -113,5 +115,5 @@ def refusal(status: int, detail: str, settings: ModelSettings,
         who, where = f"model {settings.model!r}", "the role's model table"
     return StructuredOutputUnsupported(
         f"{who}: the server at {settings.effective_base_url()} does not speak structured = "
-        f"{constraint.dialect!r} (HTTP {status}: {' '.join(detail.split())[:300]}); set "
+        f"{constraint.dialect!r} (HTTP {status}: {' '.join((shown or detail).split())[:300]}); set "
         f"structured = {others} under {where}")

@@ -104,16 +104,20 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     """Answer with this HTTP error status instead."""
     error_message: str = "scripted error"
     """Message of the ``error`` reply."""
+    silent: bool | None = None
+    """True: take the request and never answer, not even with headers, until the client
+    hangs up (a server that hung)."""
     finish_reason: str | None = None
     """Override the finish reason (e.g. "length" to script a truncated answer)."""
     latency: Latency = Latency()
     """Latency of this rule's replies, over the scenario's default."""
 
     def __post_init__(self) -> None:
-        replies = ("text", "lines", "tool_calls", "error")
+        replies = ("text", "lines", "tool_calls", "error", "silent")
         kinds = [k for k in replies if getattr(self, k) is not None]
         if not kinds:
-            raise ValueError(f"{self.label()}: give one reply: text, lines, tool_calls or error")
+            raise ValueError(f"{self.label()}: give one reply: text, lines, tool_calls, error "
+                             "or silent")
         if len(kinds) > 1 and set(kinds) != {"text", "tool_calls"}:
             raise ValueError(f"{self.label()}: only one reply kind allowed, got {kinds}")
         if self.error is not None and not 400 <= self.error <= 599:

@@ -71,7 +71,7 @@ class RecordedRequest:
     rule: int | None = None
     """Index of the rule that answered, or None (no match: a 400 error)."""
     status: int = 200
-    """HTTP status answered."""
+    """HTTP status answered (0: none, a ``silent`` rule)."""
     delays: list[float] = field(default_factory=list)
     """The scripted delays actually used (ttft first), after jitter and time scale."""
     sent_at: list[float] = field(default_factory=list)
@@ -241,6 +241,10 @@ class ScriptedModelServer:
         record.delays = [self._delay(raw, latency) for raw, _ in pieces]
         if self._log:
             self._log(f"#{record.index} {view.describe()} -> rule #{found} {rule.name or ''}")
+        if rule.silent:
+            record.status = 0
+            await _until_hung_up(stream)
+            return
         if rule.error is not None:
             record.status = rule.error
             await anyio.sleep(record.delays[0])
@@ -318,6 +322,15 @@ class ScriptedModelServer:
             await sender.send(b"".join(ready))
             record.sent_at.extend([time.monotonic()] * len(ready))
             ready.clear()
+
+
+async def _until_hung_up(stream: ByteStream) -> None:
+    """Read (and drop) whatever comes until the client closes the connection."""
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError,
+                             anyio.ClosedResourceError, OSError):
+        while True:
+            await stream.receive()
+    raise anyio.BrokenResourceError  # nothing more is served on this connection
 
 
 def _body_problem(body: object) -> str | None:

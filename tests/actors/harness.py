@@ -7,6 +7,7 @@ server's request log, so it can assert on what happened and in which order.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -197,7 +198,7 @@ async def run_team(
     stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None,
     after: Callable[[Bus, str], Awaitable[None]] | None = None,
-    outcomes: list[object] | None = None, **policy: Any,
+    outcomes: list[object] | None = None, model_url: str | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
@@ -208,11 +209,16 @@ async def run_team(
     model server that sends no usage in streams, ``during(bus, run_id)`` runs beside the
     run (e.g. to meddle) and ``after(bus, run_id)`` once it has ended, before the
     deployment stops (e.g. to wait for its last state), within the same deadline;
-    ``outcomes`` receives every claim, result and batch of them the executors sent.
+    ``outcomes`` receives every claim, result and batch of them the executors sent;
+    ``model_url`` is a model server of the test's own (one it may kill), used instead of
+    serving ``rules`` here (no requests are recorded then).
     """
     scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
-    async with open_scripted_model_server(scenario) as server:
-        team = make_team(server.base_url, roles, model=model, presets=presets, **policy)
+    async with contextlib.AsyncExitStack() as stack:
+        server = None if model_url else \
+            await stack.enter_async_context(open_scripted_model_server(scenario))
+        base_url = server.base_url if server is not None else model_url or ""
+        team = make_team(base_url, roles, model=model, presets=presets, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
         config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))
@@ -229,7 +235,7 @@ async def run_team(
                 if after is not None:
                     await after(bus, accepted.run_id)
             tg.cancel_scope.cancel()
-        requests = list(server.requests)
+        requests = list(server.requests) if server else []
     check_sequence(events)
     assert replay == events, "a late subscriber must replay exactly the same events"
     view = RunView(accepted.run_id)  # the CLI's view folds any real run's events
