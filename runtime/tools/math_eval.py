@@ -86,7 +86,7 @@ power  ::= atom (sp "**" sp factor)?
 atom   ::= number | const | call | "(" sp sum sp ")" | step-ref
 number ::= int ("." [0-9]{{0,20}})? exp? | "." [0-9]{{1,20}} exp?
 int    ::= "0" | [1-9] [0-9]{{0,19}}
-exp    ::= [eE] [-+]? [0-9]{{1,3}}
+exp    ::= [eE] [-+]? [0-9]{{1,2}}
 const  ::= {_choice(tuple(_CONSTANTS))}
 call   ::= ({_choice(_ONE_ARG)}) "(" sp sum sp ")"
          | ({_choice(_ONE_OR_TWO)}) "(" sp sum (sp "," sp sum)? sp ")"
