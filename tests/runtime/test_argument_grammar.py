@@ -169,6 +169,26 @@ def test_any_tool_may_declare_a_grammar_for_a_string_argument() -> None:
     assert not rules.matches(line(1, "$1"))
 
 
+def test_a_strings_max_length_bounds_it_in_the_grammar() -> None:
+    """A stricter schema without a grammar: ``maxLength`` (and ``enum``) hold in the plan,
+    a ``$N`` reference (with the character after it) counting as one piece."""
+    bounded = {"type": "object", "required": ["code", "mode"], "properties": {
+        "code": {"type": "string", "maxLength": 3}, "mode": {"enum": ["fast", "slow"]}}}
+    plan = PlanShape(first_id=1, prior=(), roles=(RoleTools("r", ("t",), False),),
+                     schemas={"t": bounded}, max_steps=2)
+    rules = parse_gbnf(plan_grammar(plan))
+
+    def line(step_id: int, code: str, mode: str = "fast") -> str:
+        return msgspec.json.encode({"id": step_id, "role": "r", "tool": "t",
+                                    "args": {"code": code, "mode": mode}}).decode() + "\n"
+
+    assert rules.matches(line(1, "abc")) and rules.matches(line(1, ""))
+    assert not rules.matches(line(1, "abcd"))
+    assert not rules.matches(line(1, "abc", "medium"))
+    assert rules.matches(line(1, "a") + line(2, "x$1"))
+    assert not rules.matches(line(1, "a") + line(2, "xyz$1"))
+
+
 @pytest.fixture(scope="module")
 def llama_vocab() -> Iterator[Any]:
     """The shipped model's vocabulary, to hand llama.cpp's grammar parser."""

@@ -5,7 +5,8 @@ dependency, so :meth:`JsonRules.ref_string` builds a string rule that admits a r
 only to the ids it is given (a ``$`` followed by anything else is not a reference). The
 schema conversion covers what msgspec and tool authors write (objects with properties and
 ``required``, arrays, ``anyOf``, ``enum``, ``const``, ``$ref`` into ``$defs``, scalar types,
-and a grammar a tool declares for a string (``x-gbnf``, :mod:`.gbnf_embed`)); anything else
+a string's ``maxLength``, and a grammar a tool declares for a string (``x-gbnf``,
+:mod:`.gbnf_embed`)); anything else
 becomes any JSON value, and the tool checks its arguments before it runs.
 """
 
@@ -60,6 +61,7 @@ class JsonRules:
                                                  ranges=[(0, 0x1F), (48, 57)]))
         self._allowed: dict[str, frozenset[int]] = {}
         self._ids: dict[str, Ref | None] = {}
+        self._limits: dict[str, int | None] = {}
 
     def short_string(self, most: int) -> Ref:
         """``gstr-<most>``: a JSON string of at most ``most`` characters (or escapes)."""
@@ -79,6 +81,7 @@ class JsonRules:
         g = self.g
         self._allowed[suffix] = frozenset(allowed)
         self._ids[suffix] = ids
+        self._limits[suffix] = most
         if ids is None:
             dollar: Expr = Lit("$")
             unit = alt(self._plain, self.esc, seq("$", self._follow))
@@ -127,6 +130,8 @@ class JsonRules:
         match kind:
             case "string" if isinstance(schema.get(GRAMMAR_KEY), str):
                 return self._declared(schema[GRAMMAR_KEY], suffix, string)
+            case "string" if isinstance(schema.get("maxLength"), int):
+                return self._at_most(max(schema["maxLength"], 0), suffix, string)
             case "string":
                 return string
             case "integer":
@@ -167,6 +172,22 @@ class JsonRules:
                 break
         body = alt(*firsts)
         return seq("{", body if required else opt(body), "}")
+
+    def _at_most(self, most: int, suffix: str, string: Ref) -> Expr:
+        """A string of at most ``most`` pieces (a character, an escape, a ``$N`` reference
+        with the character after it), reference-aware where ``string`` is."""
+        if most == 0:
+            return Lit('""')
+        if suffix not in self._ids:
+            return self.short_string(most)
+        limit = self._limits.get(suffix)
+        if limit is not None and limit <= most:
+            return string  # the position's own bound is the tighter one
+        ids = self._ids[suffix]
+        dollar: Expr = Ref(f"dollar-{suffix}") if ids is not None else Lit("$")
+        return self.g.rule(f"str-{suffix}-max{most}", seq(
+            '"', Rep(Ref(f"unit-{suffix}"), 0, most - 1), opt(alt(Ref(f"unit-{suffix}"),
+                                                                 dollar)), '"'))
 
     def _declared(self, text: str, suffix: str, string: Ref) -> Expr:
         """A string of the tool's own grammar, its ``step-ref`` the ids this position may
