@@ -5,7 +5,9 @@ without a constraint, and whether usage is counted honestly.
 llama.cpp (``plancast local-model``'s launcher; the ``local`` extra), an embedded
 nats-server, and the team of ``examples/local_model/team.toml``, then runs each goal
 ``--runs`` times in each ``--mode`` (the preset's ``structured`` setting: ``off`` sends no
-constraint, ``grammar`` the per-request GBNF plan grammar). It reports per mode:
+constraint, ``grammar`` the per-request GBNF plan grammar); ``--goals 7`` runs all of
+:data:`GOALS`, the last three added to measure ``math``'s expression grammar. It reports
+per mode:
 
 - planner outputs that were valid plans, and first plans valid on the first attempt;
 - runs finished; replans asked for, and replan rounds whose plan was valid;
@@ -83,6 +85,10 @@ GOALS = [
          "149"),
     Goal("Compute 7 / 0 with the math tool.", ""),  # the step fails: a replan follows
     Goal("Compute 2 ** 10 with the math tool and 1000 / 8 with the math tool.", "1024"),
+    # Three arithmetic goals more (issue 33): a power, a division, a function.
+    Goal("Compute 3 ** 4 - 1 with the math tool.", "80"),
+    Goal("Compute (100 - 36) / 8 with the math tool.", "8"),
+    Goal("Compute the square root of 144 with the math tool.", "12"),
 ]
 
 

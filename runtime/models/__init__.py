@@ -8,6 +8,7 @@ from .client import ChatMessage as ChatMessage
 from .client import LineStream as LineStream
 from .client import ModelClient as ModelClient
 from .client import split_lines as split_lines
+from .errors import GrammarTextError as GrammarTextError
 from .errors import LocalModelMissing as LocalModelMissing
 from .errors import LocalModelStartError as LocalModelStartError
 from .errors import ModelError as ModelError
@@ -18,6 +19,8 @@ from .grammar import TEXT_CHARS as TEXT_CHARS
 from .grammar import Alt as Alt
 from .grammar import Chars as Chars
 from .grammar import Expr as Expr
+from .grammar import Grammar as Grammar
+from .grammar import JsonRules as JsonRules
 from .grammar import Lit as Lit
 from .grammar import PlanShape as PlanShape
 from .grammar import Ref as Ref
@@ -54,6 +57,9 @@ __all__ = (
     "ChatMessage",
     "Constraint",
     "Expr",
+    "Grammar",
+    "GrammarTextError",
+    "JsonRules",
     "LineStream",
     "Lit",
     "LlamaServer",

@@ -44,3 +44,8 @@ class LocalModelMissing(PlancastError):
 
 class LocalModelStartError(PlancastError):
     """The server exited or did not answer in time; the message ends with its log."""
+
+
+class GrammarTextError(PlancastError, ValueError):
+    """A grammar text (a tool argument's ``x-gbnf``) we cannot read or embed; the message
+    says where. The argument is then left unconstrained (its tool still checks it)."""

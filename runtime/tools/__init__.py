@@ -1,10 +1,12 @@
 """Tools that plan steps call: the interface, the registry and the built-ins."""
 
+from ._base import GRAMMAR_KEY as GRAMMAR_KEY
 from ._base import FunctionTool as FunctionTool
 from ._base import StructTool as StructTool
 from ._base import Tool as Tool
 from ._base import args_schema as args_schema
 from ._base import openai_spec as openai_spec
+from ._base import public_schema as public_schema
 from ._base import tool as tool
 from .context import StepContext as StepContext
 from .context import current_step as current_step
@@ -13,9 +15,12 @@ from .demo import echo_tool as echo_tool
 from .demo import sleep_tool as sleep_tool
 from .errors import ToolArgumentsError as ToolArgumentsError
 from .errors import ToolError as ToolError
+from .errors import ToolInputError as ToolInputError
 from .errors import UnknownTool as UnknownTool
 from .errors import UnsupportedArchitecture as UnsupportedArchitecture
 from .http_get import HttpGetTool as HttpGetTool
+from .math_eval import EXPRESSION_GBNF as EXPRESSION_GBNF
+from .math_eval import EXPRESSION_PATTERN as EXPRESSION_PATTERN
 from .math_eval import MathTool as MathTool
 from .math_eval import evaluate as evaluate
 from .python_runner import PythonRunner as PythonRunner
@@ -29,6 +34,9 @@ from .step_cgroup import step_cgroup_layout as step_cgroup_layout
 
 __all__ = (
     "ENTRY_POINT_GROUP",
+    "EXPRESSION_GBNF",
+    "EXPRESSION_PATTERN",
+    "GRAMMAR_KEY",
     "EchoArgs",
     "FunctionTool",
     "HttpGetTool",
@@ -40,6 +48,7 @@ __all__ = (
     "Tool",
     "ToolArgumentsError",
     "ToolError",
+    "ToolInputError",
     "ToolRegistry",
     "UnknownTool",
     "UnsupportedArchitecture",
@@ -51,6 +60,7 @@ __all__ = (
     "find_bwrap",
     "load_plugin_tools",
     "openai_spec",
+    "public_schema",
     "sleep_tool",
     "step_cgroup_layout",
     "tool",

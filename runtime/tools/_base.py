@@ -1,7 +1,10 @@
 """What a tool is: a name, a description, a JSON Schema of its arguments and ``run``.
 
 The schema is derived from a msgspec Struct per tool, so what the model is told and what
-is checked before the tool runs can never drift apart.
+is checked before the tool runs can never drift apart. An argument's schema may be as
+strict as JSON Schema says (``pattern``, ``enum``, bounds) and may hold a grammar of its
+own (:data:`GRAMMAR_KEY`, GBNF): plan constraints use both, a model is shown neither
+the grammar nor anything else that is only ours (:func:`public_schema`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ import msgspec
 from .errors import ToolArgumentsError
 
 A = TypeVar("A", bound=msgspec.Struct)
+
+GRAMMAR_KEY = "x-gbnf"
+"""The keyword of a string argument's schema that holds its grammar: GBNF text whose
+``root`` is what the string may hold, and which may use (without defining) ``step-ref``
+where a plan step may write a ``$N`` reference (never followed by a digit). Grammar-
+constrained plans write only what it admits (``runtime.models.grammar``); servers that
+take a schema get the schema's ``pattern``, so give one too where a regex can say it."""
 
 
 @runtime_checkable
@@ -50,9 +60,30 @@ def openai_spec(tool: Tool) -> dict[str, Any]:
         "function": {
             "name": tool.name,
             "description": tool.description,
-            "parameters": tool.parameters,
+            "parameters": public_schema(tool.parameters),
         },
     }
+
+
+def public_schema(schema: Any) -> Any:
+    """``schema`` without argument grammars (:data:`GRAMMAR_KEY`): what a server or a
+    model is shown (a strict server refuses a keyword it does not know, and a grammar is
+    long)."""
+    if isinstance(schema, dict):
+        if not _has_grammar(schema):
+            return schema
+        return {k: public_schema(v) for k, v in schema.items() if k != GRAMMAR_KEY}
+    if isinstance(schema, list):
+        return [public_schema(v) for v in schema]
+    return schema
+
+
+def _has_grammar(node: Any) -> bool:
+    if isinstance(node, dict):
+        return GRAMMAR_KEY in node or any(_has_grammar(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_grammar(v) for v in node)
+    return False
 
 
 @functools.cache

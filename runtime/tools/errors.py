@@ -21,5 +21,11 @@ class ToolArgumentsError(PlancastError):
     """A tool was called with arguments that do not fit it; the message says what it expects."""
 
 
+class ToolInputError(ToolArgumentsError, ToolError):
+    """A tool refused what its arguments say (a syntax error, a name it does not know): the
+    same arguments fail the same way, so the step is not retried as is and the replan
+    reads the message. Tools raise it for failures that are the arguments' fault."""
+
+
 class UnsupportedArchitecture(PlancastError, RuntimeError):
     """No system call table for this machine: the sandbox cannot be filtered here."""

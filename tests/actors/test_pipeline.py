@@ -342,6 +342,30 @@ async def test_failing_tool_retries_replans_then_fails_cleanly(
     assert not out.by_role("synthesizer")
 
 
+async def test_a_math_syntax_error_is_not_retried_and_the_replan_reads_it(
+    nats_url: str, prefix: str
+) -> None:
+    """The same arguments would fail the same way: one attempt, then the replan, whose
+    request names the operator and the fix; the corrected plan finishes the run."""
+    rules = [
+        Rule(role="planner", contains="A new plan is needed because",
+             lines=[plan_line(2, tool="math", args={"expression": "3**2"})]),
+        Rule(role="planner", lines=[plan_line(1, tool="math", args={"expression": "3^2"})]),
+        finish("9"),
+    ]
+    out = await run_team(nats_url, prefix, rules, step_attempts=3)
+
+    assert out.answer == "9"
+    [failed] = out.of(StepFailed)
+    assert (failed.step_id, failed.attempt, failed.will_retry) == (1, 1, False)
+    assert "use `**` for powers" in failed.error
+    assert len(out.dispatched(1)) == 1
+    replan = out.first(ReplanStarted)
+    assert "step 1 failed" in replan.reason and "use `**` for powers" in replan.reason
+    assert "use `**` for powers" in last_user_message(out.by_role("planner")[1])
+    assert out.finished(2).output == "9"
+
+
 # -- the simplest goal -------------------------------------------------------------------
 
 

@@ -12,7 +12,15 @@ import jsonschema
 import msgspec
 import pytest
 
-from protocols import PUBLIC_MESSAGES, RunFailed, RunFinished, RunRequest, StepFinished
+from protocols import (
+    PUBLIC_MESSAGES,
+    ReplanStarted,
+    RunFailed,
+    RunFinished,
+    RunRequest,
+    StepFailed,
+    StepFinished,
+)
 from runtime.actor import RoleContext, UnknownRole, build_actor
 from runtime.bus import NatsServerProcess
 from runtime.client import follow, submit
@@ -101,6 +109,35 @@ model = "scripted"
     assert isinstance(events[-1], RunFinished) and events[-1].answer == "read it"
     assert [e.output for e in events if isinstance(e, StepFinished)] == ["hello", "hello, world"]
     assert (tmp_path / "nats").is_dir(), "the embedded server keeps its data under the data dir"
+
+
+@pytest.mark.anyio
+async def test_run_a_math_syntax_error_goes_to_the_replan_without_a_retry(
+    tmp_path: Path,
+) -> None:
+    """``plancast run`` as a child: the step that wrote ``3^2`` fails once (not retried as
+    is, whatever ``step_attempts``), and the replan's request names the fix."""
+    rules = [
+        Rule(role="planner", contains="use `**` for powers",
+             lines=[plan_line(2, tool="math", args={"expression": "3**2"})]),
+        Rule(role="planner", lines=[plan_line(1, tool="math", args={"expression": "3^2"})]),
+        finish("9"),
+    ]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        team_file = tmp_path / "team.toml"
+        team_file.write_text("step_attempts = 3\n" + SCRIPTED_TEAM.format(
+            base_url=model.base_url).replace('tools = ["echo"]', 'tools = ["math"]'))
+        result = await plancast("run", "--json", "--team", str(team_file), "square three",
+                                cwd=tmp_path, env=clean_env(PLANCAST_DATA_DIR=str(tmp_path)))
+    assert result.returncode == 0, stderr_tail(result)
+    events = events_of(result)
+    assert isinstance(events[-1], RunFinished) and events[-1].answer == "9"
+    [failed] = [e for e in events if isinstance(e, StepFailed)]
+    assert (failed.step_id, failed.attempt, failed.will_retry) == (1, 1, False)
+    assert "`^` is not an operator here; use `**` for powers" in failed.error
+    [replan] = [e for e in events if isinstance(e, ReplanStarted)]
+    assert "use `**` for powers" in replan.reason
+    assert [e.output for e in events if isinstance(e, StepFinished)] == ["9"]
 
 
 @pytest.mark.anyio

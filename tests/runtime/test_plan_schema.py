@@ -23,7 +23,8 @@ SHAPE = PlanShape(first_id=4, prior=(1, 3), schemas=SCHEMAS, max_steps=3, roles=
     RoleTools("worker", ("echo", "python"), agent=False),
     RoleTools("writer", ("math",), agent=True)))
 STRICT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "anyOf",
-                   "enum", "const", "description", "$defs", "$ref", "title"}
+                   "enum", "const", "description", "$defs", "$ref", "title",
+                   "pattern"}  # a string's pattern: OpenAI's strict mode takes it
 
 
 def strict_problems(node: Any, path: str = "$") -> list[str]:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from runtime.tools import (
     ENTRY_POINT_GROUP,
+    EXPRESSION_PATTERN,
     EchoArgs,
     FunctionTool,
     HttpGetTool,
@@ -31,6 +32,7 @@ from runtime.tools import (
     Tool,
     ToolArgumentsError,
     ToolError,
+    ToolInputError,
     ToolRegistry,
     UnknownTool,
     builtin_tools,
@@ -168,7 +170,7 @@ async def test_math_results(expression: str, expected: str) -> None:
         ("True + 1", "booleans"),
         ("[1, 2]", "List is not allowed"),
         ("lambda: 1", "Lambda is not allowed"),
-        ("round(x=1)", "no keywords"),
+        ("round(x=1)", "takes no keyword arguments"),
         ("round(1, -10**8)", "at most 4000 digits"),
         ("1 +", "not an arithmetic expression"),
         ("1 + " * 300 + "1", "longer than 1000"),
@@ -177,6 +179,38 @@ async def test_math_results(expression: str, expected: str) -> None:
 async def test_math_refuses(expression: str, message: str) -> None:
     with pytest.raises(ToolError, match=re.escape(message)):
         await MathTool().run({"expression": expression})
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("3^2", "`^` is not an operator here; use `**` for powers"),
+        ("{12 + 5} * {", "use ( ) for grouping, not { }"),
+        ("Math.sqrt()}},{", "use ( ) for grouping, not { }"),
+        ("Math.sqrt(16)", "'Math.sqrt' is not allowed: write 'sqrt' alone"),
+        ("num + 2*n**3", "unknown name 'num'; only pi, e are defined: write the number"),
+        ("PI * 2", "unknown name 'PI'; write 'pi'"),
+        ("pow(2, 10)", "function 'pow' is not allowed; use `**` for powers"),
+        ("2(3 + 4)", "write `*` between a number and `(`"),
+        ("sqrt(2, 3)", "sqrt takes one argument: sqrt(x)"),
+        ("1,000", "1000, not 1,000"),
+        ("12 * 12 = 144", "write only the expression, without ="),
+        ("3 > 2", "comparisons are not arithmetic"),
+        ("5!", "write the product"),
+    ],
+)
+async def test_math_errors_name_the_piece_and_the_fix(expression: str, message: str) -> None:
+    """The arguments' fault, said so that a replan can fix it: and not retried as is."""
+    with pytest.raises(ToolInputError, match=re.escape(message)) as caught:
+        await MathTool().run({"expression": expression})
+    assert isinstance(caught.value, ToolArgumentsError)  # the executor's "permanent"
+    assert "BinOp" not in str(caught.value)
+
+
+async def test_math_failures_of_the_values_are_no_input_errors() -> None:
+    with pytest.raises(ToolError, match="division by zero") as caught:
+        await MathTool().run({"expression": "7 / 0"})
+    assert not isinstance(caught.value, ToolArgumentsError)
 
 
 @given(st.integers(-(10**30), 10**30), st.integers(-(10**30), 10**30))
@@ -499,7 +533,8 @@ def test_openai_spec_shape() -> None:
     assert set(math_spec["function"]) == {"name", "description", "parameters"}
     assert math_spec["function"]["parameters"] == {
         "type": "object",
-        "properties": {"expression": {"type": "string", "description": _description(math_spec)}},
+        "properties": {"expression": {"type": "string", "description": _description(math_spec),
+                                      "pattern": EXPRESSION_PATTERN}},
         "required": ["expression"],
         "additionalProperties": False,
     }

@@ -4,12 +4,15 @@ Strings inside a plan step's ``args`` are special: ``$N`` / ``${N}`` there make 
 dependency, so :meth:`JsonRules.ref_string` builds a string rule that admits a reference
 only to the ids it is given (a ``$`` followed by anything else is not a reference). The
 schema conversion covers what msgspec and tool authors write (objects with properties and
-``required``, arrays, ``anyOf``, ``enum``, ``const``, ``$ref`` into ``$defs``, scalar types);
-anything else becomes any JSON value, and the tool checks its arguments before it runs.
+``required``, arrays, ``anyOf``, ``enum``, ``const``, ``$ref`` into ``$defs``, scalar types,
+a string's ``maxLength``, and a grammar a tool declares for a string (``x-gbnf``,
+:mod:`.gbnf_embed`)); anything else
+becomes any JSON value, and the tool checks its arguments before it runs.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,9 +20,13 @@ from typing import Any
 import msgspec
 
 from ...dag import references
+from ..errors import GrammarTextError
 from .gbnf import Chars, Expr, Grammar, Lit, Ref, Rep, alt, opt, seq
+from .gbnf_embed import GRAMMAR_KEY, embed
 
 __all__ = ["JsonRules"]
+
+log = logging.getLogger(__name__)
 
 _WS = "\u1680\u2028\u2029\u202f\u205f\u3000"
 """Unicode whitespace above Latin-1 (with U+2000..U+200A): ``str.strip`` removes it."""
@@ -53,6 +60,8 @@ class JsonRules:
         self._follow = g.rule("follow", Chars.of('"\\${', negate=True,
                                                  ranges=[(0, 0x1F), (48, 57)]))
         self._allowed: dict[str, frozenset[int]] = {}
+        self._ids: dict[str, Ref | None] = {}
+        self._limits: dict[str, int | None] = {}
 
     def short_string(self, most: int) -> Ref:
         """``gstr-<most>``: a JSON string of at most ``most`` characters (or escapes)."""
@@ -71,6 +80,8 @@ class JsonRules:
         (characters, escapes, references)."""
         g = self.g
         self._allowed[suffix] = frozenset(allowed)
+        self._ids[suffix] = ids
+        self._limits[suffix] = most
         if ids is None:
             dollar: Expr = Lit("$")
             unit = alt(self._plain, self.esc, seq("$", self._follow))
@@ -117,6 +128,10 @@ class JsonRules:
     def _typed(self, kind: Any, schema: dict[str, Any], suffix: str, string: Ref,
                defs: Mapping[str, Any]) -> Expr:
         match kind:
+            case "string" if isinstance(schema.get(GRAMMAR_KEY), str):
+                return self._declared(schema[GRAMMAR_KEY], suffix, string)
+            case "string" if isinstance(schema.get("maxLength"), int):
+                return self._at_most(max(schema["maxLength"], 0), suffix, string)
             case "string":
                 return string
             case "integer":
@@ -157,6 +172,33 @@ class JsonRules:
                 break
         body = alt(*firsts)
         return seq("{", body if required else opt(body), "}")
+
+    def _at_most(self, most: int, suffix: str, string: Ref) -> Expr:
+        """A string of at most ``most`` pieces (a character, an escape, a ``$N`` reference
+        with the character after it), reference-aware where ``string`` is."""
+        if most == 0:
+            return Lit('""')
+        if suffix not in self._ids:
+            return self.short_string(most)
+        limit = self._limits.get(suffix)
+        if limit is not None and limit <= most:
+            return string  # the position's own bound is the tighter one
+        ids = self._ids[suffix]
+        dollar: Expr = Ref(f"dollar-{suffix}") if ids is not None else Lit("$")
+        return self.g.rule(f"str-{suffix}-max{most}", seq(
+            '"', Rep(Ref(f"unit-{suffix}"), 0, most - 1), opt(alt(Ref(f"unit-{suffix}"),
+                                                                 dollar)), '"'))
+
+    def _declared(self, text: str, suffix: str, string: Ref) -> Expr:
+        """A string of the tool's own grammar, its ``step-ref`` the ids this position may
+        name; a grammar we cannot read leaves the string free (the tool checks it)."""
+        ids = self._ids.get(suffix)
+        ref = alt(seq("$", ids), seq("${", ids, "}")) if ids is not None else None
+        try:
+            return embed(self.g, text, suffix, ref)
+        except GrammarTextError as exc:
+            log.warning("a tool's %s grammar is left out: %s", GRAMMAR_KEY, exc)
+            return string
 
     def _ref(self, ref: str, suffix: str, string: Ref, defs: Mapping[str, Any]) -> Expr:
         name = ref.removeprefix("#/$defs/")

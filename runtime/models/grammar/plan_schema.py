@@ -15,14 +15,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ...tools import public_schema
 from .plan import PlanShape, RoleTools
 
 __all__ = ["PLAN_SCHEMA_NAME", "drop_nulls", "plan_schema"]
 
 PLAN_SCHEMA_NAME = "plan"
 _LOOSE = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-          "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems")
-"""Keywords left out in strict mode (the tool checks its arguments itself before it runs)."""
+          "multipleOf", "minLength", "maxLength", "format", "minItems", "maxItems")
+"""Keywords left out in strict mode (the tool checks its arguments itself before it runs).
+A ``pattern`` stays: strict mode takes it, and it keeps a model to what a tool reads."""
 
 
 def plan_schema(shape: PlanShape, *, strict: bool = True) -> tuple[dict[str, Any], bool]:
@@ -45,7 +47,7 @@ def plan_schema(shape: PlanShape, *, strict: bool = True) -> tuple[dict[str, Any
     for role in shape.roles:
         for tool in role.tools:
             args = strict_object(shape.schemas.get(tool))[0] if strict \
-                else copy.deepcopy(shape.schemas.get(tool) or {"type": "object"})
+                else copy.deepcopy(public_schema(shape.schemas.get(tool)) or {"type": "object"})
             variants.append(_step(role, {"tool": {"type": "string", "enum": [tool]},
                                          "args": _hoist(args, f"{tool}.", defs)}))
         if role.agent:
@@ -101,7 +103,7 @@ def strict_object(schema: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
     if not isinstance(schema, dict) or schema.get("type") != "object" \
             or not schema.get("properties"):
         return {"type": "object"}, False
-    result = copy.deepcopy(schema)
+    result = copy.deepcopy(public_schema(schema))
     ok = _tighten(result)
     for key in ("$defs",):
         for sub in result.get(key, {}).values():
