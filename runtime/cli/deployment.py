@@ -18,6 +18,7 @@ from protocols import json_schema
 from ..actor import build_team_actors, discover_roles
 from ..bus import Bus, open_bus
 from ..client import HEARTBEAT_WINDOWS, collect_status
+from ..tools import ToolRegistry, open_mcp_tools
 from ..worker import preflight, serve_actors
 from .options import (
     Connection,
@@ -90,7 +91,7 @@ def _serve(command: Started, name: str, team: Path | None, roles: list[str] | No
         path = team or DEFAULT_TEAM
         team_config = team_file(path)
         tools = team_tools(team_config)
-        preflight(team_config, tools, roles)
+        preflight(team_config, tools, roles)  # MCP servers' tools: checked once they start
         if command.local:  # joining the one `plancast up` runs: only to serve its team
             check_same_team(settings, name, path, team_config)
         if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
@@ -98,8 +99,10 @@ def _serve(command: Started, name: str, team: Path | None, roles: list[str] | No
                               "private server that only this process uses", markup=False,
                               highlight=False, soft_wrap=True)
         serves = ServedTeam.of(path, team_config).encode()  # if it starts the server
-        async with open_bus(settings, serves=serves) as bus, anyio.create_task_group() as tg:
-            actors = build_team_actors(bus, team_config, tools, roles)
+        async with open_mcp_tools(team_config, roles) as mcp_tools, \
+                open_bus(settings, serves=serves) as bus, anyio.create_task_group() as tg:
+            served = ToolRegistry([*tools, *mcp_tools]) if mcp_tools else tools
+            actors = build_team_actors(bus, team_config, served, roles)
             await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
             names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
             logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,

@@ -11,6 +11,7 @@ from .context import current_step as current_step
 from .demo import EchoArgs as EchoArgs
 from .demo import echo_tool as echo_tool
 from .demo import sleep_tool as sleep_tool
+from .errors import McpUnavailable as McpUnavailable
 from .errors import ToolArgumentsError as ToolArgumentsError
 from .errors import ToolError as ToolError
 from .errors import UnknownTool as UnknownTool
@@ -18,6 +19,10 @@ from .errors import UnsupportedArchitecture as UnsupportedArchitecture
 from .http_get import HttpGetTool as HttpGetTool
 from .math_eval import MathTool as MathTool
 from .math_eval import evaluate as evaluate
+from .mcp_servers import McpServer as McpServer
+from .mcp_tools import McpTool as McpTool
+from .mcp_tools import mcp_servers_of as mcp_servers_of
+from .mcp_tools import open_mcp_tools as open_mcp_tools
 from .python_runner import PythonRunner as PythonRunner
 from .read_file import ReadFileTool as ReadFileTool
 from .registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
@@ -33,6 +38,9 @@ __all__ = (
     "FunctionTool",
     "HttpGetTool",
     "MathTool",
+    "McpServer",
+    "McpTool",
+    "McpUnavailable",
     "PythonRunner",
     "ReadFileTool",
     "StepContext",
@@ -50,6 +58,8 @@ __all__ = (
     "evaluate",
     "find_bwrap",
     "load_plugin_tools",
+    "mcp_servers_of",
+    "open_mcp_tools",
     "openai_spec",
     "sleep_tool",
     "step_cgroup_layout",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config import TeamConfigError
 from ..errors import PlancastError
 
 
@@ -23,3 +24,7 @@ class ToolArgumentsError(PlancastError):
 
 class UnsupportedArchitecture(PlancastError, RuntimeError):
     """No system call table for this machine: the sandbox cannot be filtered here."""
+
+
+class McpUnavailable(TeamConfigError):
+    """A team file declares MCP servers but the ``mcp`` SDK is not installed."""

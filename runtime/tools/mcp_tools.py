@@ -1,0 +1,149 @@
+"""A server's tools as plancast tools, and the servers a process opens for the roles it serves.
+
+An MCP tool is a Tool like any other: its name is ``SERVER__TOOL``, its ``parameters`` are
+the JSON Schema the server lists (so the plan's constraint and the agent's tool calls are
+shaped by it), its text content is the step's output, and an ``isError`` result is a
+ToolError (the attempt fails, and the replan reads the server's text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from ..config import (
+    MODEL_KINDS,
+    SERVICE_KINDS,
+    TeamConfig,
+    TeamConfigError,
+    mcp_tool_name,
+    split_mcp_tool,
+)
+from .errors import McpUnavailable, ToolError
+from .mcp_servers import INSTALL_HINT, ListedTool, McpServer
+
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult
+
+_DROPPED_KEYS = ("$schema", "title")
+"""Schema keywords of no use to a model or a grammar."""
+
+
+class McpTool:
+    """One tool of an MCP server, called through its server's connection."""
+
+    def __init__(self, server: McpServer, listed: ListedTool) -> None:
+        self.server = server
+        self.tool = listed.name
+        self.name = mcp_tool_name(server.name, listed.name)
+        self.description = listed.description or f"{listed.name} (MCP server {server.name})"
+        schema = {k: v for k, v in listed.input_schema.items() if k not in _DROPPED_KEYS}
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        self.parameters: dict[str, Any] = schema
+
+    async def run(self, args: dict[str, Any]) -> str:
+        result = await self.server.call(self.tool, args)
+        text = result_text(result)
+        if result.is_error:
+            raise ToolError(f"MCP tool {self.name!r} answered with an error: {text}")
+        return text
+
+    def __repr__(self) -> str:
+        return f"<McpTool {self.name!r}>"
+
+
+def result_text(result: CallToolResult) -> str:
+    """The result as one text: its text parts, a line for anything else, or its structured
+    content as JSON when it has no text."""
+    parts: list[str] = []
+    for item in result.content:
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(item.text)  # type: ignore[union-attr]
+        elif kind == "resource" and hasattr(getattr(item, "resource", None), "text"):
+            parts.append(item.resource.text)  # type: ignore[union-attr]
+        elif kind == "resource_link":
+            parts.append(f"[resource {getattr(item, 'uri', '')}]")
+        else:
+            mime = getattr(item, "mime_type", "") or ""
+            parts.append(f"[{kind} content {mime}]".replace(" ]", "]"))
+    if not parts and result.structured_content is not None:
+        return msgspec.json.encode(result.structured_content).decode()
+    return "\n".join(parts)
+
+
+def mcp_tools_wanted(team: TeamConfig, roles: Sequence[str] | None) -> dict[str, set[str]]:
+    """``{server: {tool, ...}}``: the MCP tools this process must offer to serve ``roles``
+    (every role when None). A planner gets every executor's, for their schemas: they shape
+    its plans (it never calls them)."""
+    served = [team.roles[name] for name in (roles or list(team.roles)) if name in team.roles]
+    sources = [r for r in served if r.kind not in MODEL_KINDS | SERVICE_KINDS]
+    if any(r.kind == "planner" for r in served):
+        sources = team.executors()
+    wanted: dict[str, set[str]] = {}
+    for role in sources:
+        for name in role.tools:
+            parts = split_mcp_tool(name)
+            if parts is not None and parts[0] in team.mcp:
+                wanted.setdefault(parts[0], set()).add(parts[1])
+    return wanted
+
+
+@asynccontextmanager
+async def open_mcp_tools(team: TeamConfig, roles: Sequence[str] | None = None,
+                         ) -> AsyncIterator[list[McpTool]]:
+    """Start (or connect to) the MCP servers the ``roles`` use and yield their allowed tools.
+
+    A server that does not start, or lacks a tool a role names, is a TeamConfigError (one
+    line each). The servers stop when the block ends."""
+    wanted = mcp_tools_wanted(team, roles)
+    if not wanted:
+        yield []
+        return
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        names = ", ".join(f"[mcp.{s}]" for s in sorted(wanted))
+        raise McpUnavailable(f"the team file uses MCP servers ({names}) but the mcp package "
+                             f"is not installed: {INSTALL_HINT}") from None
+    servers = {name: McpServer(name, team.mcp[name]) for name in sorted(wanted)}
+    async with anyio.create_task_group() as tg:
+        for server in servers.values():
+            await tg.start(server.keep)
+        problems = _missing(team, servers, wanted)
+        if problems:
+            raise TeamConfigError("\n".join(problems))
+        try:
+            yield [McpTool(servers[s], servers[s].tools[t])
+                   for s in servers for t in sorted(wanted[s])]
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def _missing(team: TeamConfig, servers: dict[str, McpServer],
+             wanted: dict[str, set[str]]) -> list[str]:
+    """A line for each tool a role names that its server does not offer."""
+    problems = []
+    for name, tools in wanted.items():
+        offered = servers[name].tools
+        for tool in sorted(tools - set(offered)):
+            full = mcp_tool_name(name, tool)
+            roles = [r.name for r in team.executors() if full in r.tools]
+            problems.append(
+                f"role {roles[0]!r} lists tool {full!r}, but MCP server {name!r} does not "
+                f"offer {tool!r} (its tools: {', '.join(sorted(offered)) or 'none'})")
+    return problems
+
+
+def mcp_servers_of(tools: Collection[Any]) -> dict[str, list[str]]:
+    """``{server: [tool name, ...]}`` of the MCP tools among ``tools`` (for listings)."""
+    found: dict[str, list[str]] = {}
+    for item in tools:
+        if isinstance(item, McpTool):
+            found.setdefault(item.server.describe(), []).append(item.name)
+    return found

@@ -1,0 +1,73 @@
+"""MCP servers as separate processes for the tests: ours, built with the official SDK
+(``server.py``, over stdio or streamable HTTP), and the published reference filesystem
+server from the npm registry (installed from ``package-lock.json`` on first use)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..needs import missing, require
+
+HERE = Path(__file__).parent
+SERVER = HERE / "server.py"
+
+
+def stdio_server(script: Path = SERVER, **env: str) -> dict[str, Any]:
+    """A team file's ``[mcp.NAME]`` table that starts our server over stdio."""
+    return {"command": sys.executable, "args": [str(script)], "env": env}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def http_server(timeout: float = 30.0) -> Iterator[str]:
+    """Our server on streamable HTTP in a process of its own; yields its endpoint URL."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    said = process.stderr.read().decode() if process.stderr else ""
+                    raise RuntimeError(f"the MCP test server did not listen: {said}") from None
+                time.sleep(0.05)  # polling a port that is not open yet, under a deadline
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stderr:
+            process.stderr.close()
+
+
+def filesystem_server() -> list[str]:
+    """The command of the reference filesystem server (``npm ci`` here, once); skips naming
+    the package to install without Node.js or npm."""
+    node = require("node", "nodejs npm")
+    main = HERE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / \
+        "index.js"
+    if not main.exists():
+        npm = require("npm", "npm")
+        try:
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True,
+                           capture_output=True, timeout=300)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            said = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+            missing(f"npm ci could not install the filesystem server here "
+                    f"({said[-1] if said else exc}): run it in {HERE} with the registry reachable")
+    return [node, str(main)]
