@@ -39,6 +39,8 @@ PING_INTERVAL = 2.0
 PING_TIMEOUT = 10.0
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
+STABLE = 60.0
+"""A server up this long before it stopped is started again after the first backoff."""
 INSTALL_HINT = "pip install 'plancast[mcp]' (the official MCP SDK)"
 
 
@@ -86,8 +88,10 @@ class McpServer:
                         task_status.started()
                     else:
                         log.warning("MCP server %r is back", self.name)
-                    delay = FIRST_BACKOFF
+                    up_since = anyio.current_time()
                     await self._watch(session)
+                    if anyio.current_time() - up_since > STABLE:  # not a crash loop
+                        delay = FIRST_BACKOFF
                     reason = "its connection closed"
             except TeamConfigError:
                 raise
@@ -100,7 +104,8 @@ class McpServer:
             finally:
                 self._session = None
             self.restarts += 1
-            self._down = f"it stopped ({reason})"
+            if not self._broken.is_set():  # else a call saw it die, and said why
+                self._down = f"it stopped ({reason})"
             self._retry_at = anyio.current_time() + delay
             log.warning("MCP server %r stopped (%s); starting it again in %.1fs", self.name,
                         reason, delay)
@@ -172,9 +177,10 @@ class McpServer:
 
         session = self._session
         if session is None:
-            wait = max(0.0, self._retry_at - anyio.current_time())
+            wait = self._retry_at - anyio.current_time()
+            when = f" (next try in {wait:.1f}s)" if wait > 0 else ""
             raise ToolError(f"MCP server {self.name!r} is down: {self._down}; it is being "
-                            f"started again (next try in {wait:.1f}s)")
+                            f"started again{when}")
         try:
             return await session.call_tool(tool, args)
         except MCPError as exc:
@@ -184,7 +190,10 @@ class McpServer:
             reason = exc.message
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             reason = type(exc).__name__
-        self._broken.set()  # its keeper starts it again
+        if self._session is session:  # the first to see it: calls from now on fail at once
+            self._session, self._down = None, f"it stopped ({reason})"
+            self._retry_at = anyio.current_time() + FIRST_BACKOFF
+            self._broken.set()  # and its keeper starts it again
         raise ToolError(f"MCP server {self.name!r} stopped during the call to {tool!r} "
                         f"({reason}); it is being started again")
 

@@ -112,17 +112,24 @@ async def open_mcp_tools(team: TeamConfig, roles: Sequence[str] | None = None,
         raise McpUnavailable(f"the team file uses MCP servers ({names}) but the mcp package "
                              f"is not installed: {INSTALL_HINT}") from None
     servers = {name: McpServer(name, team.mcp[name]) for name in sorted(wanted)}
+    problems: list[str] = []
     async with anyio.create_task_group() as tg:
         for server in servers.values():
-            await tg.start(server.keep)
-        problems = _missing(team, servers, wanted)
-        if problems:
-            raise TeamConfigError("\n".join(problems))
-        try:
-            yield [McpTool(servers[s], servers[s].tools[t])
-                   for s in servers for t in sorted(wanted[s])]
-        finally:
+            try:
+                await tg.start(server.keep)
+            except TeamConfigError as exc:  # it did not start
+                problems.append(str(exc))
+        problems = problems or _missing(team, servers, wanted)
+        if problems:  # raised outside the task group: one plain error, not a group of one
             tg.cancel_scope.cancel()
+        else:
+            try:
+                yield [McpTool(servers[s], servers[s].tools[t])
+                       for s in servers for t in sorted(wanted[s])]
+            finally:
+                tg.cancel_scope.cancel()
+    if problems:
+        raise TeamConfigError("\n".join(problems))
 
 
 def _missing(team: TeamConfig, servers: dict[str, McpServer],

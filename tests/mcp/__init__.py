@@ -4,6 +4,8 @@ server from the npm registry (installed from ``package-lock.json`` on first use)
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from ..needs import missing, require
 
@@ -22,6 +26,16 @@ SERVER = HERE / "server.py"
 def stdio_server(script: Path = SERVER, **env: str) -> dict[str, Any]:
     """A team file's ``[mcp.NAME]`` table that starts our server over stdio."""
     return {"command": sys.executable, "args": [str(script)], "env": env}
+
+
+async def kill_in_call(marker: Path, timeout: float = 60.0) -> None:
+    """SIGKILL our server once a ``slow`` call is in hand (it writes its pid to ``marker``,
+    from another process: a file is the only signal there is)."""
+    path = anyio.Path(marker)
+    with anyio.fail_after(timeout):
+        while not await path.exists():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    os.kill(int(await path.read_text()), signal.SIGKILL)
 
 
 def free_port() -> int:
