@@ -18,6 +18,7 @@ from protocols import json_schema
 from ..actor import build_team_actors, discover_roles
 from ..bus import Bus, open_bus
 from ..client import HEARTBEAT_WINDOWS, collect_status
+from ..config import Settings, TeamConfig
 from ..tools import ToolRegistry, open_mcp_tools
 from ..worker import preflight, serve_actors
 from .options import (
@@ -94,22 +95,27 @@ def _serve(command: Started, name: str, team: Path | None, roles: list[str] | No
         preflight(team_config, tools, roles)  # MCP servers' tools: checked once they start
         if command.local:  # joining the one `plancast up` runs: only to serve its team
             check_same_team(settings, name, path, team_config)
-        if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
-            err_console.print("no --nats and no local deployment (plancast up): starting a "
-                              "private server that only this process uses", markup=False,
-                              highlight=False, soft_wrap=True)
-        serves = ServedTeam.of(path, team_config).encode()  # if it starts the server
-        async with open_mcp_tools(team_config, roles) as mcp_tools, \
-                open_bus(settings, serves=serves) as bus, anyio.create_task_group() as tg:
+        async with open_mcp_tools(team_config, roles) as mcp_tools:  # checked as they start
             served = ToolRegistry([*tools, *mcp_tools]) if mcp_tools else tools
-            actors = build_team_actors(bus, team_config, served, roles)
-            await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
-            names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
-            logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,
-                                               bus.server_url, bus.prefix)
+            await _serve_on_bus(settings, path, team_config, served, roles)
         return 0
 
     command.run(main)
+
+
+async def _serve_on_bus(settings: Settings, path: Path, team_config: TeamConfig,
+                        tools: ToolRegistry, roles: list[str] | None) -> None:
+    if not settings.nats_url and roles:  # a worker alone on a server nobody can reach
+        err_console.print("no --nats and no local deployment (plancast up): starting a "
+                          "private server that only this process uses", markup=False,
+                          highlight=False, soft_wrap=True)
+    serves = ServedTeam.of(path, team_config).encode()  # if it starts the server
+    async with open_bus(settings, serves=serves) as bus, anyio.create_task_group() as tg:
+        actors = build_team_actors(bus, team_config, tools, roles)
+        await tg.start(serve_actors, actors)  # said once they serve (and SIGTERM drains)
+        names = ", ".join(f"{a.name}/{a.instance}" for a in actors)
+        logging.getLogger("plancast").info("serving %s on %s (prefix %s)", names,
+                                           bus.server_url, bus.prefix)
 
 
 @connection_flags(nats_help="NATS server URL(s) of the running deployment (required).")

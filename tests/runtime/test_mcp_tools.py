@@ -8,6 +8,7 @@ call outlives its cancel scope.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from runtime.tools import McpTool, ToolError, ToolRegistry, open_mcp_tools
 
 from ..mcp import SERVER, filesystem_server, http_server, kill_in_call, stdio_server
 from ..needs import BWRAP
+from ..subprocesses import plancast
 
 pytestmark = pytest.mark.anyio
 
@@ -158,3 +160,24 @@ class _nothing:
     def __exit__(self, *_: object) -> None:
         return None
 
+
+
+async def test_plancast_worker_with_a_tool_the_server_lacks_says_so_in_one_line_and_exits_2(
+        tmp_path: Path) -> None:
+    server = stdio_server()
+    (tmp_path / "team.toml").write_text(f"""
+[mcp.t]
+command = {json.dumps(server["command"])}
+args = {json.dumps(server["args"])}
+
+[roles.worker]
+tools = ["t__add", "t__nope"]
+tool_steps_only = true
+""")
+    done = await plancast("worker", "--role", "worker", "--team", "team.toml", cwd=tmp_path)
+    said = done.stderr.decode().strip()
+    assert done.returncode == 2, said
+    assert said == (
+        "error: role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' (its "
+        "tools: add, lookup, pid, read_text, slow)")
+    assert "Traceback" not in said
