@@ -14,6 +14,8 @@ from protocols import PlanAwaitingApproval, SavedPlan
 
 from ..actor import RoleEntry
 from ..client import DeploymentStatus, RunStatus, parameters
+from ..config import mcp_tool_name
+from ..tools import ServerSurvey
 from .fit import Column, fitted_table, plain
 
 
@@ -100,6 +102,22 @@ def render_roles(found: Iterable[RoleEntry], console: Console) -> None:
              Text("ok", style="green") if r.ok else Text(f"failed: {r.error}", style="red")]
             for r in sorted(found, key=lambda r: r.name)]
     console.print(fitted_table(columns, rows, console.width, title="plancast roles"))
+
+
+def render_mcp_servers(servers: Iterable[ServerSurvey], console: Console) -> None:
+    """One row per tool of each MCP server of a team, with the roles that may use it."""
+    columns = [Column("tool (as plans name it)", share=1), Column("roles", share=1),
+               Column("description", share=3)]
+    for server in servers:
+        title = f"MCP server {server.name} ({server.where})"
+        if server.error:
+            console.print(Text.assemble((title, "bold"), ": ", (server.error, "red")))
+            continue
+        rows = [[plain(mcp_tool_name(server.name, tool)),
+                 plain(", ".join(server.allowed.get(tool, [])) or "-"),
+                 plain(_shorten(description, 120))]
+                for tool, description in sorted(server.tools.items())]
+        console.print(fitted_table(columns, rows, console.width, title=title))
 
 
 def render_saved_plans(found: dict[str, SavedPlan], console: Console) -> None:

@@ -21,8 +21,9 @@ from .math_eval import MathTool as MathTool
 from .math_eval import evaluate as evaluate
 from .mcp_servers import McpServer as McpServer
 from .mcp_tools import McpTool as McpTool
-from .mcp_tools import mcp_servers_of as mcp_servers_of
+from .mcp_tools import ServerSurvey as ServerSurvey
 from .mcp_tools import open_mcp_tools as open_mcp_tools
+from .mcp_tools import survey_mcp_servers as survey_mcp_servers
 from .python_runner import PythonRunner as PythonRunner
 from .read_file import ReadFileTool as ReadFileTool
 from .registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
@@ -43,6 +44,7 @@ __all__ = (
     "McpUnavailable",
     "PythonRunner",
     "ReadFileTool",
+    "ServerSurvey",
     "StepContext",
     "StructTool",
     "Tool",
@@ -58,10 +60,10 @@ __all__ = (
     "evaluate",
     "find_bwrap",
     "load_plugin_tools",
-    "mcp_servers_of",
     "open_mcp_tools",
     "openai_spec",
     "sleep_tool",
     "step_cgroup_layout",
+    "survey_mcp_servers",
     "tool",
 )

@@ -197,9 +197,11 @@ class McpServer:
         raise ToolError(f"MCP server {self.name!r} stopped during the call to {tool!r} "
                         f"({reason}); it is being started again")
 
-    def describe(self) -> str:
-        where = self.config.url or " ".join([self.config.command, *self.config.args])
-        return f"{self.name} ({self.config.transport}: {where})"
+    @property
+    def where(self) -> str:
+        """``stdio: COMMAND ARGS`` or ``http: URL``."""
+        place = self.config.url or " ".join([self.config.command, *self.config.args])
+        return f"{self.config.transport}: {place}"
 
 
 async def _list_tools(session: ClientSession) -> dict[str, ListedTool]:

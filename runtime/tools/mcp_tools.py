@@ -8,8 +8,9 @@ ToolError (the attempt fails, and the replan reads the server's text).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -147,10 +148,45 @@ def _missing(team: TeamConfig, servers: dict[str, McpServer],
     return problems
 
 
-def mcp_servers_of(tools: Collection[Any]) -> dict[str, list[str]]:
-    """``{server: [tool name, ...]}`` of the MCP tools among ``tools`` (for listings)."""
-    found: dict[str, list[str]] = {}
-    for item in tools:
-        if isinstance(item, McpTool):
-            found.setdefault(item.server.describe(), []).append(item.name)
+@dataclass(frozen=True)
+class ServerSurvey:
+    """What one MCP server of a team offers (``plancast roles --team``)."""
+
+    name: str
+    where: str
+    """``stdio: COMMAND ARGS`` or ``http: URL``."""
+    tools: dict[str, str]
+    """Its tools' names and descriptions; empty if it did not start."""
+    allowed: dict[str, list[str]]
+    """Tool name -> the roles whose ``tools`` allow it."""
+    error: str = ""
+    """Why it did not start (one line), if it did not."""
+
+
+async def survey_mcp_servers(team: TeamConfig) -> list[ServerSurvey]:
+    """Start each of the team's MCP servers in turn, list its tools and stop it."""
+    found = []
+    for name, config in sorted(team.mcp.items()):
+        server = McpServer(name, config)
+        error = ""
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            error = f"the mcp package is not installed: {INSTALL_HINT}"
+        else:
+            async with anyio.create_task_group() as tg:
+                try:
+                    await tg.start(server.keep)
+                except TeamConfigError as exc:
+                    error = str(exc)
+                tg.cancel_scope.cancel()
+        allowed: dict[str, list[str]] = {}
+        for role in team.executors():
+            for tool in role.tools:
+                parts = split_mcp_tool(tool)
+                if parts is not None and parts[0] == name:
+                    allowed.setdefault(parts[1], []).append(role.name)
+        found.append(ServerSurvey(
+            name, server.where,
+            {t.name: t.description for t in server.tools.values()}, allowed, error))
     return found

@@ -181,3 +181,23 @@ tool_steps_only = true
         "error: role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' (its "
         "tools: add, lookup, pid, read_text, slow)")
     assert "Traceback" not in said
+
+
+async def test_plancast_roles_lists_each_servers_tools_and_the_roles_that_may_use_them(
+        tmp_path: Path) -> None:
+    server = stdio_server()
+    (tmp_path / "team.toml").write_text(f"""
+[mcp.t]
+command = {json.dumps(server["command"])}
+args = {json.dumps(server["args"])}
+
+[roles.worker]
+tools = ["t__add"]
+tool_steps_only = true
+""")
+    done = await plancast("roles", "--team", "team.toml", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    (listed,) = json.loads(done.stdout)["mcp"]
+    assert listed["server"] == "t" and listed["error"] == ""
+    tools = {t["name"]: t["roles"] for t in listed["tools"]}
+    assert tools == {"add": ["worker"], "lookup": [], "pid": [], "read_text": [], "slow": []}
