@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 
 from ..config import McpServerConfig, TeamConfigError
-from .errors import ToolError
+from .errors import ToolArgumentsError, ToolError
 from .sandbox import _system_binds, find_bwrap
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class McpServer:
     async def call(self, tool: str, args: dict[str, Any]) -> CallToolResult:
         """Call a tool; the caller's cancel scope (the step's deadline) bounds it."""
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS
 
         session = self._session
         if session is None:
@@ -184,6 +184,9 @@ class McpServer:
         try:
             return await session.call_tool(tool, args)
         except MCPError as exc:
+            if exc.code == INVALID_PARAMS:  # the arguments' fault: the same ones fail again
+                raise ToolArgumentsError(f"MCP server {self.name!r} refused the arguments of "
+                                         f"{tool!r}: {exc.message}") from None
             if exc.code != CONNECTION_CLOSED:
                 raise ToolError(f"MCP server {self.name!r} refused the call to {tool!r}: "
                                 f"{exc.message}") from None

@@ -2,7 +2,8 @@
 by examples/mcp): ``python tests/mcp/server.py [stdio | http PORT]``.
 
 Its tools: ``add`` (two integers), ``lookup`` (a fact from a fixed table; an unknown key is
-an ``isError`` result), ``slow`` (sleeps, writing its process id to ``$MCP_TEST_MARKER``
+an ``isError`` result), ``square`` (a negative count is a JSON-RPC invalid-params
+error), ``slow`` (sleeps, writing its process id to ``$MCP_TEST_MARKER``
 first so a test knows the call is in hand), ``read_text`` (a file's text: what a sandbox
 hides) and ``pid`` (its process id: a restarted server answers with another).
 """
@@ -16,6 +17,8 @@ import time
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 FACTS = {"nats": "NATS is a messaging system; JetStream is its persistence layer.",
          "plancast": "plancast runs planner-executor agent teams over NATS."}
@@ -33,6 +36,13 @@ def lookup(key: str) -> str:
     if key not in FACTS:
         raise ToolError(f"no fact named {key!r}; known keys: {', '.join(sorted(FACTS))}")
     return FACTS[key]
+
+
+@server.tool(description="Square a count (at least 0).")
+def square(n: int) -> str:
+    if n < 0:  # a JSON-RPC error, not an isError result: the arguments' fault
+        raise MCPError(INVALID_PARAMS, f"n must be at least 0, not {n}")
+    return str(n * n)
 
 
 @server.tool(description="Sleep for some seconds, then answer 'slept'.")

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from runtime.config import TeamConfigError, team_from_dict
-from runtime.tools import McpTool, ToolError, ToolRegistry, open_mcp_tools
+from runtime.tools import McpTool, ToolArgumentsError, ToolError, ToolRegistry, open_mcp_tools
 
 from ..mcp import SERVER, filesystem_server, http_server, kill_in_call, stdio_server
 from ..needs import BWRAP
@@ -54,6 +54,15 @@ async def test_a_servers_allowed_tools_are_tools_with_its_schemas(transport: str
             assert await ToolRegistry(found).run("t__add", {"a": 2, "b": 40}) == "42"
             with pytest.raises(ToolError, match="no fact named 'nope'; known keys"):
                 await tools["t__lookup"].run({"key": "nope"})
+
+
+async def test_an_invalid_params_error_is_the_arguments_fault() -> None:
+    """A JSON-RPC invalid-params answer is a ToolArgumentsError: not retried as is."""
+    async with open_mcp_tools(team({"t": stdio_server()}, ["t__square"])) as (square,):
+        assert await square.run({"n": 7}) == "49"
+        with pytest.raises(ToolArgumentsError, match="refused the arguments of 'square': n must "
+                                                     "be at least 0, not -1"):
+            await square.run({"n": -1})
 
 
 async def test_a_server_killed_mid_call_fails_the_call_with_a_reason_and_comes_back(
@@ -95,7 +104,7 @@ async def test_a_tool_the_server_does_not_offer_is_one_line_at_start_up() -> Non
             pass  # pragma: no cover
     assert str(caught.value) == (
         "role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' "
-        "(its tools: add, lookup, pid, read_text, slow)")
+        "(its tools: add, lookup, pid, read_text, slow, square)")
 
 
 async def test_a_server_that_does_not_start_is_one_line_at_start_up() -> None:
@@ -179,7 +188,7 @@ tool_steps_only = true
     assert done.returncode == 2, said
     assert said == (
         "error: role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' (its "
-        "tools: add, lookup, pid, read_text, slow)")
+        "tools: add, lookup, pid, read_text, slow, square)")
     assert "Traceback" not in said
 
 
@@ -200,4 +209,5 @@ tool_steps_only = true
     (listed,) = json.loads(done.stdout)["mcp"]
     assert listed["server"] == "t" and listed["error"] == ""
     tools = {t["name"]: t["roles"] for t in listed["tools"]}
-    assert tools == {"add": ["worker"], "lookup": [], "pid": [], "read_text": [], "slow": []}
+    assert tools == {"add": ["worker"], "lookup": [], "pid": [], "read_text": [], "slow": [],
+                     "square": []}
