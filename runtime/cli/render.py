@@ -44,15 +44,18 @@ def _actors(status: DeploymentStatus, *, wide: bool) -> tuple[list[Column], list
     columns = [Column("role", cap=16), Column("instance", share=2)]
     if wide:
         columns += [Column("host", share=1), Column("pid")]
-    columns += [Column("in flight", share=2), Column("handled"), Column("last beat")]
+    tools = any(a.tools for a in status.actors)  # a column only when some actor has tools
+    columns += [Column("in flight", share=2)] + ([Column("tools", share=3)] if tools else [])
+    columns += [Column("handled"), Column("last beat")]
     columns += [Column("restarts"), Column("draining")] if wide else [Column("state", cap=10)]
     rows: list[list[Text]] = []
     for a in status.actors:
         row = [plain(a.role), plain(a.instance)]
         if wide:
             row += [plain(a.host), plain(a.pid)]
-        row += [plain(", ".join(a.in_flight) or "-"), plain(a.handled),
-                plain(f"{_duration(a.last_heartbeat_age)} ago")]
+        row += [plain(", ".join(a.in_flight) or "-")]
+        row += [plain("\n".join(a.tools) or "-")] if tools else []  # one a line
+        row += [plain(a.handled), plain(f"{_duration(a.last_heartbeat_age)} ago")]
         if wide:
             row += [Text(str(a.restarts), style="yellow" if a.restarts else ""),
                     Text("yes", style="yellow") if a.draining else plain("no")]

@@ -19,6 +19,7 @@ import pytest
 
 from protocols import PlanRejected, ReplanStarted, StepFailed
 from runtime.bus import Bus
+from runtime.client import DeploymentStatus, collect_status
 from runtime.testing import Rule, ScriptedToolCall
 
 from ..mcp import http_server, kill_in_call, stdio_server
@@ -163,3 +164,22 @@ async def test_a_server_killed_mid_call_fails_the_step_saying_why(
     assert "MCP server 't' stopped during the call to 'slow'" in failed.error
     assert "being started again" in failed.error
     assert out.first(ReplanStarted).round == 1
+
+
+async def test_status_lists_the_mcp_tools_each_actor_serves(nats_url: str, prefix: str) -> None:
+    """``plancast status`` reads heartbeats: the MCP role's list its allowed tools."""
+    seen: list[DeploymentStatus] = []
+
+    async def status(bus: Bus, _run_id: str) -> None:
+        seen.append(await collect_status(bus, wait=0.6))
+
+    rules = [Rule(role="planner", lines=[plan_line(1, "mcp", tool="t__add",
+                                                   args={"a": 1, "b": 2})]),
+             finish("done")]
+    await run_team(nats_url, prefix, rules, roles={"mcp": mcp_worker("t__add", "t__lookup")},
+                   mcp={"t": stdio_server()}, settings={"heartbeat_interval": 0.2},
+                   after=status)
+
+    tools = {a.role: a.tools for a in seen[0].actors}
+    assert tools["mcp"] == ["t__add", "t__lookup"]
+    assert tools["planner"] == []
