@@ -255,7 +255,7 @@ def sandboxed_server(bwrap: str, command: list[str], workdir: Path,
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
              "--bind", str(workdir), str(workdir), "--chdir", str(workdir),
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-             "--unshare-cgroup-try", "--die-with-parent", "--clearenv",
+             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", str(workdir),
              "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
     for key, value in env.items():

@@ -58,7 +58,7 @@ async def test_a_plan_step_calls_an_mcp_tool(nats_url: str, prefix: str, transpo
                                          "]}"]),
              finish("the sum is $1")]
     if transport == "http":
-        with http_server() as url:
+        async with http_server() as url:
             out = await run_team(nats_url, prefix, rules, roles={"mcp": mcp_worker("t__add")},
                                  mcp={"t": {"url": url}}, model={"structured": "json_schema"})
     else:

@@ -5,19 +5,20 @@ server from the npm registry (installed from ``package-lock.json`` on first use)
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..needs import missing, require
+from ..subprocesses import background, clean_env
 
 HERE = Path(__file__).parent
 SERVER = HERE / "server.py"
@@ -44,29 +45,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def http_server(timeout: float = 30.0) -> Iterator[str]:
-    """Our server on streamable HTTP in a process of its own; yields its endpoint URL."""
+@asynccontextmanager
+async def http_server() -> AsyncIterator[str]:
+    """Our server on streamable HTTP in a process of its own; yields its endpoint URL once
+    it says it listens."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    said = process.stderr.read().decode() if process.stderr else ""
-                    raise RuntimeError(f"the MCP test server did not listen: {said}") from None
-                time.sleep(0.05)  # polling a port that is not open yet, under a deadline
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(SERVER))} http {port}"
+    async with background(command, cwd=HERE, env=clean_env()) as server:
+        await server.says("Uvicorn running on")
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stderr:
-            process.stderr.close()
 
 
 def filesystem_server() -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def by_name(tools: list[McpTool]) -> dict[str, McpTool]:
 async def test_a_servers_allowed_tools_are_tools_with_its_schemas(transport: str) -> None:
     """Only the tools the roles name are offered, named SERVER__TOOL, with the server's
     argument schema; a call's text is the output and an isError result a ToolError."""
-    with http_server() if transport == "http" else _nothing() as url:
+    async with http_server() if transport == "http" else nullcontext() as url:
         config = {"url": url} if url else stdio_server()
         async with open_mcp_tools(team({"t": config}, ["t__add", "t__lookup"])) as found:
             tools = by_name(found)
@@ -158,17 +159,6 @@ async def test_the_reference_filesystem_server_from_npm(tmp_path: Path) -> None:
         assert text.strip() == "plancast reads this through MCP"
         with pytest.raises(ToolError, match="outside allowed directories"):
             await tools["fs__read_text_file"].run({"path": "/etc/hostname"})
-
-
-class _nothing:
-    """A context manager yielding None (the stdio case of a parametrized test)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
 
 
 async def test_plancast_worker_with_a_tool_the_server_lacks_says_so_in_one_line_and_exits_2(
