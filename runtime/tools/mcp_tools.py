@@ -26,6 +26,7 @@ from ..config import (
 )
 from .errors import McpUnavailable, ToolError
 from .mcp_servers import INSTALL_HINT, ListedTool, McpServer
+from .registry import _VALID_NAME as VALID_NAME
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult
@@ -138,6 +139,12 @@ def _missing(team: TeamConfig, servers: dict[str, McpServer],
     """A line for each tool a role names that its server does not offer."""
     problems = []
     for name, tools in wanted.items():
+        for tool in sorted(tools):
+            if not VALID_NAME.fullmatch(mcp_tool_name(name, tool)):
+                problems.append(
+                    f"tool {mcp_tool_name(name, tool)!r} of MCP server {name!r} cannot be "
+                    "used: a tool's name must be letters, digits, _ and - (at most 64 with "
+                    "its server's name)")
         offered = servers[name].tools
         for tool in sorted(tools - set(offered)):
             full = mcp_tool_name(name, tool)

@@ -201,3 +201,10 @@ tool_steps_only = true
     tools = {t["name"]: t["roles"] for t in listed["tools"]}
     assert tools == {"add": ["worker"], "lookup": [], "pid": [], "read_text": [], "slow": [],
                      "square": []}
+
+
+async def test_a_tool_name_that_does_not_fit_is_one_line_at_start_up() -> None:
+    name = "t__" + "x" * 62  # 65 characters: more than a model's function name may have
+    with pytest.raises(TeamConfigError, match=f"tool '{name}' of MCP server 't' cannot be used"):
+        async with open_mcp_tools(team({"t": stdio_server()}, [name])):
+            pass  # pragma: no cover
