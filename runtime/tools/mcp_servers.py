@@ -93,9 +93,9 @@ class McpServer:
                     if anyio.current_time() - up_since > STABLE:  # not a crash loop
                         delay = FIRST_BACKOFF
                     reason = "its connection closed"
-            except TeamConfigError:
-                raise
             except Exception as exc:
+                if not started and isinstance(exc, TeamConfigError):
+                    raise
                 if not started:
                     raise TeamConfigError(
                         f"MCP server {self.name!r} did not start: {_why(exc)} (check "
