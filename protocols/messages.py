@@ -315,6 +315,8 @@ class Heartbeat(Message, frozen=True, kw_only=True, tag="actor.heartbeat"):
     """Times its supervisor restarted it."""
     draining: bool = False
     """True once it stopped taking new work before exiting."""
+    tools: list[str] = []
+    """Tools it may run: its role's, MCP servers' included (``SERVER__TOOL``)."""
 
 
 class ActorError(Message, frozen=True, kw_only=True, tag="actor.error"):

@@ -43,6 +43,7 @@ from .subprocesses import (
 
 EXAMPLES = ROOT / "examples"
 PLUGIN = EXAMPLES / "plugin_role"
+MCP_EXAMPLE = EXAMPLES / "mcp"
 
 pytestmark = pytest.mark.anyio
 
@@ -232,6 +233,36 @@ async def test_plugin_role_runs_offline_as_its_readme_says(tmp_path: Path) -> No
         [shouted] = [line for line in out.splitlines() if "│ 3 │ loud" in line]
         assert "HELLO" in shouted, out
         assert "answer: The loud role shouted: HELLO PLUGINS." in out, out
+
+
+async def test_mcp_example_runs_offline_as_its_readme_says(tmp_path: Path) -> None:
+    """examples/mcp's README commands, from a clone's root: plancast starts the notes
+    server, the researcher's model calls its search tool and a tool step its read tool
+    (only the port changes)."""
+    text = (MCP_EXAMPLE / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "scripted-model" in b]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    assert lines[0] == "pip install -e '.[mcp]'", lines
+    [serve] = [line for line in lines if line.startswith("plancast scripted-model")]
+    [run_line] = [line for line in lines if line.startswith("plancast run")]
+    port = free_port()
+    shutil.copytree(MCP_EXAMPLE, tmp_path / "examples" / "mcp")
+    team = tmp_path / "examples" / "mcp" / "team.toml"
+    team.write_text(team.read_text().replace(":8000/", f":{port}/"))
+    env = shell_env(PLANCAST_DATA_DIR=str(tmp_path / "data"))
+    async with background(f"{serve} --port {port}", cwd=tmp_path, env=env) as model:
+        await model.says("base_url")
+        with anyio.fail_after(RUN_TIMEOUT):
+            done = await anyio.run_process(["bash", "-c", run_line], cwd=tmp_path, env=env,
+                                           check=False)
+        assert await model.stop() == 0
+    out = done.stdout.decode()
+    assert done.returncode == 0, stderr_tail(done) + out[-2000:]
+    [found] = [line for line in out.splitlines() if "│ 1 │ researcher" in line]
+    assert "jetstream.md" in found, out
+    [read] = [line for line in out.splitlines() if "│ 2 │ researcher" in line]
+    assert "# JetStream" in read, out
+    assert "answer: plancast keeps every run in NATS JetStream streams" in out, out
 
 
 # -- watching a run, and a team on several machines ------------------------------------------

@@ -102,6 +102,10 @@ OWNS: dict[str, str] = {
     "typer": "runtime.cli",
     "rich": "runtime.cli",
     "opentelemetry": "runtime.telemetry",
+    # The MCP SDK (an optional extra) and the HTTP client it takes: MCP servers as tools.
+    "mcp": "runtime.tools",
+    "mcp_types": "runtime.tools",
+    "httpx2": "runtime.tools",
 }
 # protocols is the wire contract: these and the standard library, nothing else.
 PROTOCOLS_THIRD_PARTY = frozenset({"msgspec"})

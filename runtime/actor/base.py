@@ -378,6 +378,10 @@ class Actor:
 
     # -- liveness ------------------------------------------------------------------------
 
+    def offered_tools(self) -> list[str]:
+        """The tools its heartbeats list (``plancast status``); a role's override it."""
+        return []
+
     async def _heartbeat_loop(self) -> None:
         while True:
             await self._beat()
@@ -389,7 +393,7 @@ class Actor:
             started_at=self.started_at, ts=time.time(),
             interval=self.settings.heartbeat_interval,
             in_flight=[what for _, what in self._in_flight.values()], handled=self.handled,
-            restarts=self.restarts, draining=self._draining,
+            restarts=self.restarts, draining=self._draining, tools=self.offered_tools(),
         )
         try:
             await self.bus.publish(self.bus.subject(Verb.HEARTBEAT, self.name, self.instance), beat)

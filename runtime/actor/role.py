@@ -60,6 +60,9 @@ class RoleActor(Actor):
         self.tools = ctx.tools.subset(t for t in ctx.role.tools if t in ctx.tools)
         self._model: ModelClient | None = None
 
+    def offered_tools(self) -> list[str]:
+        return self.tools.names()
+
     @property
     def model(self) -> ModelClient:
         if self._model is None:

@@ -14,6 +14,8 @@ from protocols import PlanAwaitingApproval, SavedPlan
 
 from ..actor import RoleEntry
 from ..client import DeploymentStatus, RunStatus, parameters
+from ..config import mcp_tool_name
+from ..tools import ServerSurvey
 from .fit import Column, fitted_table, plain
 
 
@@ -42,15 +44,18 @@ def _actors(status: DeploymentStatus, *, wide: bool) -> tuple[list[Column], list
     columns = [Column("role", cap=16), Column("instance", share=2)]
     if wide:
         columns += [Column("host", share=1), Column("pid")]
-    columns += [Column("in flight", share=2), Column("handled"), Column("last beat")]
+    tools = any(a.tools for a in status.actors)  # a column only when some actor has tools
+    columns += [Column("in flight", share=2)] + ([Column("tools", share=3)] if tools else [])
+    columns += [Column("handled"), Column("last beat")]
     columns += [Column("restarts"), Column("draining")] if wide else [Column("state", cap=10)]
     rows: list[list[Text]] = []
     for a in status.actors:
         row = [plain(a.role), plain(a.instance)]
         if wide:
             row += [plain(a.host), plain(a.pid)]
-        row += [plain(", ".join(a.in_flight) or "-"), plain(a.handled),
-                plain(f"{_duration(a.last_heartbeat_age)} ago")]
+        row += [plain(", ".join(a.in_flight) or "-")]
+        row += [plain("\n".join(a.tools) or "-")] if tools else []  # one a line
+        row += [plain(a.handled), plain(f"{_duration(a.last_heartbeat_age)} ago")]
         if wide:
             row += [Text(str(a.restarts), style="yellow" if a.restarts else ""),
                     Text("yes", style="yellow") if a.draining else plain("no")]
@@ -100,6 +105,22 @@ def render_roles(found: Iterable[RoleEntry], console: Console) -> None:
              Text("ok", style="green") if r.ok else Text(f"failed: {r.error}", style="red")]
             for r in sorted(found, key=lambda r: r.name)]
     console.print(fitted_table(columns, rows, console.width, title="plancast roles"))
+
+
+def render_mcp_servers(servers: Iterable[ServerSurvey], console: Console) -> None:
+    """One row per tool of each MCP server of a team, with the roles that may use it."""
+    columns = [Column("tool (as plans name it)", share=1), Column("roles", share=1),
+               Column("description", share=3)]
+    for server in servers:
+        title = f"MCP server {server.name} ({server.where})"
+        if server.error:
+            console.print(Text.assemble((title, "bold"), ": ", (server.error, "red")))
+            continue
+        rows = [[plain(mcp_tool_name(server.name, tool)),
+                 plain(", ".join(server.allowed.get(tool, [])) or "-"),
+                 plain(_shorten(description, 120))]
+                for tool, description in sorted(server.tools.items())]
+        console.print(fitted_table(columns, rows, console.width, title=title))
 
 
 def render_saved_plans(found: dict[str, SavedPlan], console: Console) -> None:

@@ -59,6 +59,8 @@ class ActorStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds between its heartbeats."""
     last_heartbeat_age: float
     """Seconds since its latest heartbeat arrived here."""
+    tools: list[str] = []
+    """Tools it may run (MCP servers' included)."""
 
 
 class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,7 +126,7 @@ async def collect_actors(bus: Bus, wait: float) -> list[ActorStatus]:
             role=beat.role, instance=beat.instance, host=beat.host, pid=beat.pid,
             in_flight=list(beat.in_flight), handled=beat.handled, restarts=beat.restarts,
             draining=beat.draining, started_at=beat.started_at, interval=beat.interval,
-            last_heartbeat_age=now - heard,
+            last_heartbeat_age=now - heard, tools=list(beat.tools),
         )
         for _, (beat, heard) in sorted(latest.items())
     ]

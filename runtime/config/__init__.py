@@ -1,11 +1,14 @@
 """Configuration: settings from flags, the environment and ``.env``, team files, model
-presets, role options and the rules of sub-teams. Plain values, no I/O beyond reading a
+presets, role options, MCP servers and the rules of sub-teams. Plain values, no I/O beyond reading a
 file, so every layer can be handed what it needs."""
 
 from .errors import ModelConfigError as ModelConfigError
 from .errors import TeamConfigError as TeamConfigError
 from .load import load_team as load_team
 from .load import team_from_dict as team_from_dict
+from .mcp import McpServerConfig as McpServerConfig
+from .mcp import mcp_tool_name as mcp_tool_name
+from .mcp import split_mcp_tool as split_mcp_tool
 from .model import DIALECTS as DIALECTS
 from .model import ROLE_HEADER as ROLE_HEADER
 from .model import SCRIPTED_NO_ANSWER as SCRIPTED_NO_ANSWER
@@ -33,6 +36,7 @@ __all__ = (
     "SCRIPTED_NO_ANSWER",
     "SERVICE_KINDS",
     "TEAM_KIND",
+    "McpServerConfig",
     "ModelConfigError",
     "ModelSettings",
     "RoleConfig",
@@ -44,8 +48,10 @@ __all__ = (
     "default_max_tokens",
     "is_team",
     "load_team",
+    "mcp_tool_name",
     "option_problems",
     "plan_roles",
     "request_problem",
+    "split_mcp_tool",
     "team_from_dict",
 )

@@ -20,12 +20,14 @@ needs a model and has none is a startup error that names the setting to add::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import TeamConfigError
+from .mcp import MCP_SEPARATOR, McpServerConfig
 from .model import ModelSettings
 
 MODEL_KINDS = {"planner", "critic", "synthesizer"}
@@ -44,6 +46,9 @@ of tokens. Kinds not listed (plugins) get the executor's."""
 def default_max_tokens(kind: str) -> int:
     """The ``max_tokens`` of a role of this kind whose model preset sets none."""
     return DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["executor"])
+
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,29}")
 
 
 class Timeouts(BaseModel):
@@ -176,9 +181,18 @@ class TeamConfig(BaseModel):
     a top-level run) fails instead of starting a child run."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
+    mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers by name (``[mcp.NAME]``): a role uses one's tool by listing
+    ``NAME__TOOL`` in its ``tools`` (docs/mcp.md)."""
 
     @model_validator(mode="after")
     def _check(self) -> TeamConfig:
+        for server in self.mcp:
+            if not _SERVER_NAME.fullmatch(server) or MCP_SEPARATOR in server:
+                raise ValueError(
+                    f"MCP server name {server!r} must be letters, digits, - and single _ "
+                    f"(at most 30; its tools are called {server}{MCP_SEPARATOR}TOOL): rename "
+                    f"[mcp.{server}]")
         for name, role in self.roles.items():
             if role.needs_model() and role.model is None:
                 raise ValueError(

@@ -13,6 +13,7 @@ from .context import current_step as current_step
 from .demo import EchoArgs as EchoArgs
 from .demo import echo_tool as echo_tool
 from .demo import sleep_tool as sleep_tool
+from .errors import McpUnavailable as McpUnavailable
 from .errors import ToolArgumentsError as ToolArgumentsError
 from .errors import ToolError as ToolError
 from .errors import ToolInputError as ToolInputError
@@ -23,6 +24,11 @@ from .math_eval import EXPRESSION_GBNF as EXPRESSION_GBNF
 from .math_eval import EXPRESSION_PATTERN as EXPRESSION_PATTERN
 from .math_eval import MathTool as MathTool
 from .math_eval import evaluate as evaluate
+from .mcp_servers import McpServer as McpServer
+from .mcp_tools import McpTool as McpTool
+from .mcp_tools import ServerSurvey as ServerSurvey
+from .mcp_tools import open_mcp_tools as open_mcp_tools
+from .mcp_tools import survey_mcp_servers as survey_mcp_servers
 from .python_runner import PythonRunner as PythonRunner
 from .read_file import ReadFileTool as ReadFileTool
 from .registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
@@ -41,8 +47,12 @@ __all__ = (
     "FunctionTool",
     "HttpGetTool",
     "MathTool",
+    "McpServer",
+    "McpTool",
+    "McpUnavailable",
     "PythonRunner",
     "ReadFileTool",
+    "ServerSurvey",
     "StepContext",
     "StructTool",
     "Tool",
@@ -59,9 +69,11 @@ __all__ = (
     "evaluate",
     "find_bwrap",
     "load_plugin_tools",
+    "open_mcp_tools",
     "openai_spec",
     "public_schema",
     "sleep_tool",
     "step_cgroup_layout",
+    "survey_mcp_servers",
     "tool",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config import TeamConfigError
 from ..errors import PlancastError
 
 
@@ -29,3 +30,7 @@ class ToolInputError(ToolArgumentsError, ToolError):
 
 class UnsupportedArchitecture(PlancastError, RuntimeError):
     """No system call table for this machine: the sandbox cannot be filtered here."""
+
+
+class McpUnavailable(TeamConfigError):
+    """A team file declares MCP servers but the ``mcp`` SDK is not installed."""

@@ -14,7 +14,7 @@ from .. import telemetry
 from ..actor import Actor, build_team_actors
 from ..bus import Bus, open_bus
 from ..config import Settings, TeamConfig
-from ..tools import ToolRegistry
+from ..tools import ToolRegistry, open_mcp_tools
 from .supervisor import ChildSpec, Restart, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
@@ -102,12 +102,14 @@ async def open_deployment(
     settings: Settings, team: TeamConfig, tools: ToolRegistry, *,
     roles: list[str] | None = None, handle_signals: bool = False, serves: str | None = None,
 ) -> AsyncIterator[Bus]:
-    """Connect (or start an embedded server, recorded as serving ``serves``: see
-    ``open_bus``), serve the team's actors, yield the bus.
+    """Start the team's MCP servers, connect (or start an embedded server, recorded as
+    serving ``serves``: see ``open_bus``), serve the team's actors, yield the bus.
 
     On exit the actors drain before the connection closes.
     """
-    async with open_bus(settings, serves=serves) as bus:
+    async with open_mcp_tools(team, roles) as mcp_tools, \
+            open_bus(settings, serves=serves) as bus:
+        tools = ToolRegistry([*tools, *mcp_tools]) if mcp_tools else tools
         actors = build_team_actors(bus, team, tools, roles)  # a team mistake raises as itself
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()

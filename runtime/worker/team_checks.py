@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..actor import discover_roles
-from ..config import MODEL_KINDS, SERVICE_KINDS, TeamConfig, TeamConfigError, option_problems
+from ..config import (
+    MODEL_KINDS,
+    SERVICE_KINDS,
+    TeamConfig,
+    TeamConfigError,
+    option_problems,
+    split_mcp_tool,
+)
 from ..errors import PlancastError
 from ..tools import ToolRegistry
 
@@ -35,12 +42,25 @@ def preflight_problems(team: TeamConfig, tools: ToolRegistry, roles: Sequence[st
                 found.append(f"role {name!r}: {exc}")
         if role.kind not in MODEL_KINDS | SERVICE_KINDS:
             for tool in role.tools:
+                server = split_mcp_tool(tool)
+                if server is not None and server[0] in team.mcp:
+                    continue  # checked against what the server offers once it starts
                 if tool not in tools:
                     found.append(f"role {name!r} lists tool {tool!r}, which this process does "
                                  f"not have (its tools: {', '.join(tools.names())}"
                                  + ("; read_file needs files_root in the team file"
-                                    if tool == "read_file" else "") + ")")
+                                    if tool == "read_file" else "")
+                                 + _no_server(team, tool) + ")")
     return found
+
+
+def _no_server(team: TeamConfig, tool: str) -> str:
+    """A hint for ``server__tool`` whose server the team file does not declare."""
+    server = split_mcp_tool(tool)
+    if server is None:
+        return ""
+    return (f"; to use an MCP server's tool, declare the server as [mcp.{server[0]}] (the "
+            f"team's MCP servers: {', '.join(sorted(team.mcp)) or 'none'})")
 
 
 def preflight(team: TeamConfig, tools: ToolRegistry, roles: Sequence[str] | None = None) -> None:

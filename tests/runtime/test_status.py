@@ -215,3 +215,19 @@ async def test_render_status_fits_80_columns_and_shows_text_as_written() -> None
         assert "│ run-0123456789ab │" in text, text
         assert all(word in text for word in goal.split()), text
         assert "│ synthesizer │" in text, text  # a role name is never folded
+
+
+async def test_render_status_lists_each_actors_tools_mcp_servers_included() -> None:
+    now = time.time()
+    actor = {"role": "researcher", "instance": "h-1-ab12", "host": "h", "pid": 1,
+             "in_flight": [], "handled": 0, "restarts": 0, "draining": False,
+             "started_at": now, "interval": HEARTBEAT, "last_heartbeat_age": 0.1,
+             "tools": ["math", "notes__read"]}
+    for width in (80, 120):
+        console = Console(width=width, record=True, file=io.StringIO())
+        status = msgspec.convert({"actors": [actor], "runs": []}, DeploymentStatus)
+        render_status(status, console, wait=WAIT)
+        text = console.export_text()
+        assert "┃ tools" in text and max(len(line) for line in text.splitlines()) <= width
+        if width == 120:  # one tool a line, whole
+            assert "│ notes__read" in text and "│ math" in text, text
