@@ -55,11 +55,14 @@ from protocols import (
 from runtime import telemetry
 from runtime.actor import RoleActor, RoleContext, Source, Subscription, WorkQueue, on
 from runtime.bus import (
+    RETRY_CAP,
     Delivery,
     Fenced,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     current_values,
+    describe,
+    is_transient,
 )
 from runtime.client import check_plan
 from runtime.config import RoleOption, plan_roles, request_problem
@@ -93,6 +96,13 @@ NOT_OURS_DELAY = 1.0
 EARLY_OFFERS, EARLY_DELAY = 4, 0.5
 """A result ahead of its claim is applied again up to this many times, after 0.5 s, 1 s
 ... (the message that brought it is acknowledged after that)."""
+ADMIT_RETRY_FOR = 5.0
+"""Seconds a submission's read or store of the run state is tried again through a
+passing failure (a leader election takes 4-9 s) before the client is told "retryable"
+(it sends the submission again within its own deadline)."""
+FULL_GRACE = 1.0
+"""Seconds a planner at ``max_active_runs`` waits before refusing a resubmission (which
+every planner hears): one with room takes it meanwhile."""
 
 
 
@@ -114,6 +124,8 @@ class Planner(RoleActor):
         self.runs: dict[str, Run] = {}
         self.starting: set[str] = set()
         """Runs taken on whose driver has not finished (``runs`` holds those it took)."""
+        self.listening: dict[str, anyio.Event] = {}
+        """Set once the run's results consumer is there (or its driver gave up), by run."""
         self.lease = self.settings.run_lease
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
@@ -128,7 +140,8 @@ class Planner(RoleActor):
 
     def sources(self) -> Sequence[Source]:
         return [Subscription(self.bus.subject(Verb.RUN_SUBMIT), queue="planner",
-                             accepts=(RunRequest,))]
+                             accepts=(RunRequest,)),
+                Subscription(self.bus.subject(Verb.RUN_RESUBMIT), accepts=(RunRequest,))]
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self.kv = await self.bus.js.key_value(runs_bucket(self.bus.prefix))
@@ -146,54 +159,127 @@ class Planner(RoleActor):
 
     @on(RunRequest)
     async def submit(self, request: RunRequest, delivery: Delivery) -> None:
+        """Take the run on, refuse it (the request cannot run), or, when the run state
+        cannot be stored now, answer "retryable": never a refusal for a passing failure.
+
+        A resubmission (``run.resubmit``: its first try got no answer) reaches every
+        planner; the one that stores the run's record answers, and so does any for a run
+        that has ended; the others say nothing (the run's owner answers)."""
         run_id = request.run_id or new_run_id()
-        if len(self.starting) >= self.ctx.team.max_active_runs and not await self._known(run_id):
-            limit = self.ctx.team.max_active_runs
-            log.warning("run %s refused: %d runs active", run_id, len(self.starting))
-            await delivery.respond(RunRejected(reason=(
-                f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
-                "the team file); submit again once some have ended, or start another planner")))
-            return
+        everyone = delivery.subject == self.bus.subject(Verb.RUN_RESUBMIT)
+        try:
+            answer = await self._answer(request, run_id, everyone=everyone)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("run %s could not be stored now (%s); the client sends it again",
+                        run_id, describe(exc))
+            answer = RunRejected(retryable=True, reason=(
+                f"planner {self.owner_id} could not store run {run_id} now "
+                f"({describe(exc)}); send it again with the same run id"))
+        if answer is not None:
+            await delivery.respond(answer)
+
+    async def _answer(self, request: RunRequest, run_id: str, *,
+                     everyone: bool) -> RunAccepted | RunRejected | None:
+        """The answer to a submission (None: leave it to the planner that owns the run)."""
+        accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
+        if len(self.starting) >= self.ctx.team.max_active_runs:
+            if everyone:  # another planner with room may take it: give it a moment
+                await anyio.sleep(FULL_GRACE)
+            if (known := await self._known(run_id)) is None:
+                limit = self.ctx.team.max_active_runs
+                log.warning("run %s refused: %d runs active", run_id, len(self.starting))
+                return RunRejected(reason=(
+                    f"planner {self.owner_id} already drives {limit} runs (max_active_runs "
+                    "in the team file); submit again once some have ended, or start another "
+                    "planner"))
+            return await self._again(known, accepted, everyone=everyone)
         problem = (request_problem(self.ctx.team, request)
                    or review_problem(self.ctx.team.review_plan, request.review_plan))
         if problem:
-            await delivery.respond(RunRejected(reason=problem))
-            return
+            return RunRejected(reason=problem)
         if request.plan is not None:  # a saved plan: checked like a model's, before it runs
             try:
                 check_plan(request.plan, self.ctx.team, self.known_tools,
                            max_steps=request.max_steps)
             except PlanValidationError as exc:
-                await delivery.respond(RunRejected(
-                    reason=f"the given plan cannot run on this team: {exc}"))
-                return
+                return RunRejected(reason=f"the given plan cannot run on this team: {exc}")
         now = time.time()
         timeout = request.timeout or self.ctx.team.timeouts.run
         record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,
                            lease_until=now + self.lease, started_at=now,
                            deadline=now + timeout if timeout else 0.0)
         try:
-            revision = await self.kv.create(run_key(run_id), encode(record))
+            revision = await self._create(record)
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before; answering as accepted", run_id)
-        else:
-            # Answered once the run's results consumer is there: the results stream keeps
-            # only what some consumer reads, so a cancel sent the moment the run is
-            # accepted must find it. (Not made here: the run starts at once, its lease
-            # running, and only its driver makes and removes the consumer.)
-            listening = self._start(record, revision, adopted=False)
+            known = await self._known(run_id)
+            return accepted if known is None else \
+                await self._again(known, accepted, everyone=everyone)
+        # Answered once the run's results consumer is there: the results stream keeps
+        # only what some consumer reads, so a cancel sent the moment the run is accepted
+        # must find it. (Not made here: the run starts at once, its lease running, and
+        # only its driver makes and removes the consumer.)
+        listening = self._start(record, revision, adopted=False)
+        with anyio.move_on_after(self.lease):
+            await listening.wait()
+        return accepted
+
+    async def _create(self, record: RunRecord) -> int:
+        """Store a new run's record; passing failures are tried again for
+        ``ADMIT_RETRY_FOR`` seconds. A create whose answer was lost and that a retry then
+        finds stored is ours: its revision is returned."""
+        key, tried = run_key(record.run_id), False
+        delay, deadline = 0.05, anyio.current_time() + ADMIT_RETRY_FOR
+        while True:
+            try:
+                revision: int = await self.kv.create(key, encode(record))
+                return revision
+            except KeyWrongLastSequenceError:
+                if tried:
+                    entry = await self.kv.get(key)
+                    if entry.value == encode(record):  # our own create, answered late
+                        return int(entry.revision)
+                raise
+            except Exception as exc:
+                if not is_transient(exc) or anyio.current_time() + delay > deadline:
+                    raise
+                log.info("storing run %s failed (%s); trying again", record.run_id,
+                         describe(exc))
+            tried = True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP)
+
+    async def _again(self, record: RunRecord, accepted: RunAccepted, *,
+                     everyone: bool) -> RunAccepted | None:
+        """The answer for a run submitted before: accepted (once its results consumer is
+        there, if we drive it); to a resubmission only from its owner, or from anyone once
+        it has ended."""
+        if (listening := self.listening.get(record.run_id)) is not None:
             with anyio.move_on_after(self.lease):
                 await listening.wait()
-        await delivery.respond(RunAccepted(run_id=run_id,
-                                           events_subject=self.bus.subject(Verb.EVENT, run_id)))
+            return accepted
+        if everyone and record.status == "active":
+            return None
+        return accepted
 
-    async def _known(self, run_id: str) -> bool:
-        """Whether ``run_id`` was submitted before (its submit is answered "accepted" again)."""
-        try:
-            await self.kv.get(run_key(run_id))
-        except KeyNotFoundError:
-            return False
-        return True
+    async def _known(self, run_id: str) -> RunRecord | None:
+        """The record of ``run_id`` if it was submitted before, else None (transient
+        failures to read it are tried again for ``ADMIT_RETRY_FOR`` seconds)."""
+        delay, deadline = 0.05, anyio.current_time() + ADMIT_RETRY_FOR
+        while True:
+            try:
+                entry = await self.kv.get(run_key(run_id))
+                record: RunRecord = decode(entry.value, RunRecord)
+                return record
+            except KeyNotFoundError:
+                return None
+            except Exception as exc:
+                if not is_transient(exc) or anyio.current_time() + delay > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP)
 
     @property
     def known_tools(self) -> set[str]:
@@ -206,7 +292,7 @@ class Planner(RoleActor):
         consumer is there (or its driver gave up)."""
         assert self._runs_tg is not None
         self.starting.add(record.run_id)
-        listening = anyio.Event()
+        listening = self.listening[record.run_id] = anyio.Event()
         self._runs_tg.start_soon(self._drive, record, revision, adopted, previous, listening)
         return listening
 
@@ -254,6 +340,8 @@ class Planner(RoleActor):
         finally:
             listening.set()
             self.starting.discard(record.run_id)
+            if self.listening.get(record.run_id) is listening:
+                del self.listening[record.run_id]
 
     async def _own(self, record: RunRecord, revision: int, adopted: bool,
                    previous: str, listening: anyio.Event) -> None:
