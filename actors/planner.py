@@ -236,12 +236,14 @@ class Planner(RoleActor):
             try:
                 revision: int = await self.kv.create(key, encode(record))
                 return revision
-            except KeyWrongLastSequenceError:
+            except KeyWrongLastSequenceError as exc:
                 if tried:
-                    entry = await self.kv.get(key)
-                    if entry.value == encode(record):  # our own create, answered late
-                        return int(entry.revision)
-                raise
+                    # A replica behind the others may not have it yet: then it is not ours.
+                    with contextlib.suppress(KeyNotFoundError):
+                        entry = await self.kv.get(key)
+                        if entry.value == encode(record):  # our own create, answered late
+                            return int(entry.revision)
+                raise exc
             except Exception as exc:
                 if not is_transient(exc) or anyio.current_time() + delay > deadline:
                     raise
