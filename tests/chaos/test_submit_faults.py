@@ -92,16 +92,21 @@ async def _deployment(tmp_path: Path, planners: Sequence[tuple[Member, Sequence[
 async def _submit_all(client: Bus, goals: Sequence[str]) -> dict[str, str]:
     """Submit every goal at once; what went wrong with each that was not accepted."""
     failed: dict[str, str] = {}
+    took: list[float] = []
 
     async def one(goal: str) -> None:
+        started = anyio.current_time()
         try:
             await submit(client, RunRequest(goal=goal), timeout=SUBMIT_TIMEOUT)
         except RunNotAccepted as exc:
             failed[goal] = f"{type(exc).__name__}: {exc}"
+        took.append(anyio.current_time() - started)
 
     async with anyio.create_task_group() as tg:
         for goal in goals:
             tg.start_soon(one, goal)
+    print(f"\nSUBMIT {len(goals) - len(failed)} of {len(goals)} accepted, the slowest "
+          f"answered after {max(took):.1f}s")
     return failed
 
 
