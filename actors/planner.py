@@ -213,7 +213,7 @@ class Planner(RoleActor):
         try:
             revision = await self._create(record)
         except KeyWrongLastSequenceError:
-            log.info("run %s was submitted before; answering as accepted", run_id)
+            log.info("run %s was submitted before", run_id)
             known = await self._known(run_id)
             return accepted if known is None else \
                 await self._again(known, accepted, everyone=everyone)
@@ -253,12 +253,17 @@ class Planner(RoleActor):
             await anyio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP)
 
-    async def _again(self, record: RunRecord, accepted: RunAccepted, *,
+    async def _again(self, known: tuple[RunRecord, int], accepted: RunAccepted, *,
                      everyone: bool) -> RunAccepted | None:
         """The answer for a run submitted before: accepted (once its results consumer is
         there, if we drive it); to a resubmission only from its owner, or from anyone once
-        it has ended."""
-        if (listening := self.listening.get(record.run_id)) is not None:
+        it has ended. An active run that is ours but that we do not drive (a create
+        answered too late, a take that failed) is taken on again now."""
+        record, revision = known
+        listening = self.listening.get(record.run_id)
+        if listening is None and record.status == "active" and record.owner == self.owner_id:
+            listening = await self._take_back(record, revision)
+        if listening is not None:
             with anyio.move_on_after(self.lease):
                 await listening.wait()
             return accepted
@@ -266,15 +271,28 @@ class Planner(RoleActor):
             return None
         return accepted
 
-    async def _known(self, run_id: str) -> RunRecord | None:
-        """The record of ``run_id`` if it was submitted before, else None (transient
-        failures to read it are tried again for ``ADMIT_RETRY_FOR`` seconds)."""
+    async def _take_back(self, record: RunRecord, revision: int) -> anyio.Event | None:
+        """Drive a run of ours that nobody drives; None if its record changed meanwhile
+        (another planner adopted it)."""
+        claimed = msgspec.structs.replace(record, lease_until=time.time() + self.lease)
+        try:
+            revision = await self.kv.update(run_key(record.run_id), encode(claimed),
+                                            last=revision)
+        except KeyWrongLastSequenceError:
+            return None
+        log.warning("run %s is ours but nobody drives it (a late answer to its create, or a "
+                    "take that failed); taking it on again", record.run_id)
+        return self._start(claimed, revision, adopted=True, previous=self.owner_id)
+
+    async def _known(self, run_id: str) -> tuple[RunRecord, int] | None:
+        """The record of ``run_id`` and its revision if it was submitted before, else None
+        (passing failures to read it are tried again for ``ADMIT_RETRY_FOR`` seconds)."""
         delay, deadline = 0.05, anyio.current_time() + ADMIT_RETRY_FOR
         while True:
             try:
                 entry = await self.kv.get(run_key(run_id))
                 record: RunRecord = decode(entry.value, RunRecord)
-                return record
+                return record, int(entry.revision)
             except KeyNotFoundError:
                 return None
             except Exception as exc:
