@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -126,6 +126,8 @@ class Planner(RoleActor):
         """Runs taken on whose driver has not finished (``runs`` holds those it took)."""
         self.listening: dict[str, anyio.Event] = {}
         """Set once the run's results consumer is there (or its driver gave up), by run."""
+        self._admissions: dict[str, tuple[anyio.Lock, int]] = {}
+        """Per run being submitted: its lock and how many submissions hold or wait for it."""
         self.lease = self.settings.run_lease
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
@@ -168,7 +170,8 @@ class Planner(RoleActor):
         run_id = request.run_id or new_run_id()
         everyone = delivery.subject == self.bus.subject(Verb.RUN_RESUBMIT)
         try:
-            answer = await self._answer(request, run_id, everyone=everyone)
+            async with self._admitting(run_id):
+                answer = await self._answer(request, run_id, everyone=everyone)
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -179,6 +182,22 @@ class Planner(RoleActor):
                 f"({describe(exc)}); send it again with the same run id"))
         if answer is not None:
             await delivery.respond(answer)
+
+    @contextlib.asynccontextmanager
+    async def _admitting(self, run_id: str) -> AsyncIterator[None]:
+        """One submission of a run at a time here: a resubmission that arrives while the
+        first is still storing the run waits for it, rather than taking the run on too."""
+        lock, waiting = self._admissions.get(run_id, (anyio.Lock(), 0))
+        self._admissions[run_id] = (lock, waiting + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, waiting = self._admissions[run_id]
+            if waiting == 1:
+                del self._admissions[run_id]
+            else:
+                self._admissions[run_id] = (lock, waiting - 1)
 
     async def _answer(self, request: RunRequest, run_id: str, *,
                      everyone: bool) -> RunAccepted | RunRejected | None:
@@ -262,7 +281,8 @@ class Planner(RoleActor):
         record, revision = known
         listening = self.listening.get(record.run_id)
         if listening is None and record.status == "active" and record.owner == self.owner_id:
-            listening = await self._take_back(record, revision)
+            listening = await self._take_back(record, revision) \
+                or self.listening.get(record.run_id)
         if listening is not None:
             with anyio.move_on_after(self.lease):
                 await listening.wait()
