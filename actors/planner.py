@@ -169,9 +169,20 @@ class Planner(RoleActor):
         that has ended; the others say nothing (the run's owner answers)."""
         run_id = request.run_id or new_run_id()
         everyone = delivery.subject == self.bus.subject(Verb.RUN_RESUBMIT)
+        accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
+        answer: RunAccepted | RunRejected | None
         try:
             async with self._admitting(run_id):
-                answer = await self._answer(request, run_id, everyone=everyone)
+                decided = await self._answer(request, run_id, everyone=everyone)
+            if isinstance(decided, anyio.Event):
+                # We drive it: answered once the run's results consumer is there. The
+                # results stream keeps only what some consumer reads, so a cancel sent the
+                # moment the run is accepted must find it. (Not made here: the run starts
+                # at once, its lease running, and only its driver makes and removes it.)
+                with anyio.move_on_after(self.lease):
+                    await decided.wait()
+                decided = accepted
+            answer = decided
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -200,8 +211,11 @@ class Planner(RoleActor):
                 self._admissions[run_id] = (lock, waiting - 1)
 
     async def _answer(self, request: RunRequest, run_id: str, *,
-                     everyone: bool) -> RunAccepted | RunRejected | None:
-        """The answer to a submission (None: leave it to the planner that owns the run)."""
+                      everyone: bool) -> RunAccepted | RunRejected | anyio.Event | None:
+        """The answer to a submission: an event for a run we drive (set once its results
+        consumer is there), None to leave it to the planner that owns the run."""
+        if (listening := self.listening.get(run_id)) is not None:
+            return listening  # submitted again: nothing to store
         accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
         if len(self.starting) >= self.ctx.team.max_active_runs:
             if everyone:  # another planner with room may take it: give it a moment
@@ -236,14 +250,7 @@ class Planner(RoleActor):
             known = await self._known(run_id)
             return accepted if known is None else \
                 await self._again(known, accepted, everyone=everyone)
-        # Answered once the run's results consumer is there: the results stream keeps
-        # only what some consumer reads, so a cancel sent the moment the run is accepted
-        # must find it. (Not made here: the run starts at once, its lease running, and
-        # only its driver makes and removes the consumer.)
-        listening = self._start(record, revision, adopted=False)
-        with anyio.move_on_after(self.lease):
-            await listening.wait()
-        return accepted
+        return self._start(record, revision, adopted=False)
 
     async def _create(self, record: RunRecord) -> int:
         """Store a new run's record; passing failures are tried again for
@@ -273,20 +280,18 @@ class Planner(RoleActor):
             delay = min(delay * 2, RETRY_CAP)
 
     async def _again(self, known: tuple[RunRecord, int], accepted: RunAccepted, *,
-                     everyone: bool) -> RunAccepted | None:
+                     everyone: bool) -> RunAccepted | anyio.Event | None:
         """The answer for a run submitted before: accepted (once its results consumer is
-        there, if we drive it); to a resubmission only from its owner, or from anyone once
-        it has ended. An active run that is ours but that we do not drive (a create
-        answered too late, a take that failed) is taken on again now."""
+        there, if we drive it: the event); to a resubmission only from its owner, or from
+        anyone once it has ended. An active run that is ours but that we do not drive (a
+        create answered too late, a take that failed) is taken on again now."""
         record, revision = known
         listening = self.listening.get(record.run_id)
         if listening is None and record.status == "active" and record.owner == self.owner_id:
             listening = await self._take_back(record, revision) \
                 or self.listening.get(record.run_id)
         if listening is not None:
-            with anyio.move_on_after(self.lease):
-                await listening.wait()
-            return accepted
+            return listening
         if everyone and record.status == "active":
             return None
         return accepted
