@@ -85,6 +85,9 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
             reply = await bus.request(subj, request, RunAccepted | RunRejected | ActorError,
                                       timeout=min(left, wait))
         except PublishRefused as exc:  # no planner will ever hear it: say so now
+            if subj == again:  # users written by an older release: run.submit only
+                subj = first
+                continue
             raise RunNotAccepted(f"{exc}: submit as a user that may (`client` of `plancast "
                                  "auth init`, with --creds / NATS_CREDS)") from None
         except NoRespondersError:
