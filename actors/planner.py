@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -55,11 +55,14 @@ from protocols import (
 from runtime import telemetry
 from runtime.actor import RoleActor, RoleContext, Source, Subscription, WorkQueue, on
 from runtime.bus import (
+    RETRY_CAP,
     Delivery,
     Fenced,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     current_values,
+    describe,
+    is_transient,
 )
 from runtime.client import check_plan
 from runtime.config import RoleOption, plan_roles, request_problem
@@ -93,6 +96,13 @@ NOT_OURS_DELAY = 1.0
 EARLY_OFFERS, EARLY_DELAY = 4, 0.5
 """A result ahead of its claim is applied again up to this many times, after 0.5 s, 1 s
 ... (the message that brought it is acknowledged after that)."""
+ADMIT_RETRY_FOR = 5.0
+"""Seconds a submission's read or store of the run state is tried again through a
+passing failure (a leader election takes 4-9 s) before the client is told "retryable"
+(it sends the submission again within its own deadline)."""
+FULL_GRACE = 1.0
+"""Seconds a planner at ``max_active_runs`` waits before refusing a resubmission (which
+every planner hears): one with room takes it meanwhile."""
 
 
 
@@ -114,6 +124,10 @@ class Planner(RoleActor):
         self.runs: dict[str, Run] = {}
         self.starting: set[str] = set()
         """Runs taken on whose driver has not finished (``runs`` holds those it took)."""
+        self.listening: dict[str, anyio.Event] = {}
+        """Set once the run's results consumer is there (or its driver gave up), by run."""
+        self._admissions: dict[str, tuple[anyio.Lock, int]] = {}
+        """Per run being submitted: its lock and how many submissions hold or wait for it."""
         self.lease = self.settings.run_lease
         self.owner_id = f"{self.name}/{self.instance}"
         self.kv: Any = None
@@ -128,7 +142,8 @@ class Planner(RoleActor):
 
     def sources(self) -> Sequence[Source]:
         return [Subscription(self.bus.subject(Verb.RUN_SUBMIT), queue="planner",
-                             accepts=(RunRequest,))]
+                             accepts=(RunRequest,)),
+                Subscription(self.bus.subject(Verb.RUN_RESUBMIT), accepts=(RunRequest,))]
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self.kv = await self.bus.js.key_value(runs_bucket(self.bus.prefix))
@@ -146,54 +161,170 @@ class Planner(RoleActor):
 
     @on(RunRequest)
     async def submit(self, request: RunRequest, delivery: Delivery) -> None:
+        """Take the run on, refuse it (the request cannot run), or, when the run state
+        cannot be stored now, answer "retryable": never a refusal for a passing failure.
+
+        A resubmission (``run.resubmit``: its first try got no answer) reaches every
+        planner; the one that stores the run's record answers, and so does any for a run
+        that has ended; the others say nothing (the run's owner answers)."""
         run_id = request.run_id or new_run_id()
-        if len(self.starting) >= self.ctx.team.max_active_runs and not await self._known(run_id):
-            limit = self.ctx.team.max_active_runs
-            log.warning("run %s refused: %d runs active", run_id, len(self.starting))
-            await delivery.respond(RunRejected(reason=(
-                f"planner {self.owner_id} already drives {limit} runs (max_active_runs in "
-                "the team file); submit again once some have ended, or start another planner")))
-            return
+        everyone = delivery.subject == self.bus.subject(Verb.RUN_RESUBMIT)
+        accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
+        answer: RunAccepted | RunRejected | None
+        try:
+            async with self._admitting(run_id):
+                decided = await self._answer(request, run_id, everyone=everyone)
+            if isinstance(decided, anyio.Event):
+                # We drive it: answered once the run's results consumer is there. The
+                # results stream keeps only what some consumer reads, so a cancel sent the
+                # moment the run is accepted must find it. (Not made here: the run starts
+                # at once, its lease running, and only its driver makes and removes it.)
+                with anyio.move_on_after(self.lease):
+                    await decided.wait()
+                decided = accepted
+            answer = decided
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("run %s could not be stored now (%s); the client sends it again",
+                        run_id, describe(exc))
+            answer = RunRejected(retryable=True, reason=(
+                f"planner {self.owner_id} could not store run {run_id} now "
+                f"({describe(exc)}); send it again with the same run id"))
+        if answer is not None:
+            await delivery.respond(answer)
+
+    @contextlib.asynccontextmanager
+    async def _admitting(self, run_id: str) -> AsyncIterator[None]:
+        """One submission of a run at a time here: a resubmission that arrives while the
+        first is still storing the run waits for it, rather than taking the run on too."""
+        lock, waiting = self._admissions.get(run_id, (anyio.Lock(), 0))
+        self._admissions[run_id] = (lock, waiting + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, waiting = self._admissions[run_id]
+            if waiting == 1:
+                del self._admissions[run_id]
+            else:
+                self._admissions[run_id] = (lock, waiting - 1)
+
+    async def _answer(self, request: RunRequest, run_id: str, *,
+                      everyone: bool) -> RunAccepted | RunRejected | anyio.Event | None:
+        """The answer to a submission: an event for a run we drive (set once its results
+        consumer is there), None to leave it to the planner that owns the run."""
+        if (listening := self.listening.get(run_id)) is not None:
+            return listening  # submitted again: nothing to store
+        accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
+        if len(self.starting) >= self.ctx.team.max_active_runs:
+            if everyone:  # another planner with room may take it: give it a moment
+                await anyio.sleep(FULL_GRACE)
+            if (known := await self._known(run_id)) is None:
+                limit = self.ctx.team.max_active_runs
+                log.warning("run %s refused: %d runs active", run_id, len(self.starting))
+                return RunRejected(reason=(
+                    f"planner {self.owner_id} already drives {limit} runs (max_active_runs "
+                    "in the team file); submit again once some have ended, or start another "
+                    "planner"))
+            return await self._again(known, accepted, everyone=everyone)
         problem = (request_problem(self.ctx.team, request)
                    or review_problem(self.ctx.team.review_plan, request.review_plan))
         if problem:
-            await delivery.respond(RunRejected(reason=problem))
-            return
+            return RunRejected(reason=problem)
         if request.plan is not None:  # a saved plan: checked like a model's, before it runs
             try:
                 check_plan(request.plan, self.ctx.team, self.known_tools,
                            max_steps=request.max_steps)
             except PlanValidationError as exc:
-                await delivery.respond(RunRejected(
-                    reason=f"the given plan cannot run on this team: {exc}"))
-                return
+                return RunRejected(reason=f"the given plan cannot run on this team: {exc}")
         now = time.time()
         timeout = request.timeout or self.ctx.team.timeouts.run
         record = RunRecord(run_id=run_id, request=request, owner=self.owner_id,
                            lease_until=now + self.lease, started_at=now,
                            deadline=now + timeout if timeout else 0.0)
         try:
-            revision = await self.kv.create(run_key(run_id), encode(record))
+            revision = await self._create(record)
         except KeyWrongLastSequenceError:
-            log.info("run %s was submitted before; answering as accepted", run_id)
-        else:
-            # Answered once the run's results consumer is there: the results stream keeps
-            # only what some consumer reads, so a cancel sent the moment the run is
-            # accepted must find it. (Not made here: the run starts at once, its lease
-            # running, and only its driver makes and removes the consumer.)
-            listening = self._start(record, revision, adopted=False)
-            with anyio.move_on_after(self.lease):
-                await listening.wait()
-        await delivery.respond(RunAccepted(run_id=run_id,
-                                           events_subject=self.bus.subject(Verb.EVENT, run_id)))
+            log.info("run %s was submitted before", run_id)
+            known = await self._known(run_id)
+            return accepted if known is None else \
+                await self._again(known, accepted, everyone=everyone)
+        return self._start(record, revision, adopted=False)
 
-    async def _known(self, run_id: str) -> bool:
-        """Whether ``run_id`` was submitted before (its submit is answered "accepted" again)."""
+    async def _create(self, record: RunRecord) -> int:
+        """Store a new run's record; passing failures are tried again for
+        ``ADMIT_RETRY_FOR`` seconds. A create whose answer was lost and that a retry then
+        finds stored is ours: its revision is returned."""
+        key, tried = run_key(record.run_id), False
+        delay, deadline = 0.05, anyio.current_time() + ADMIT_RETRY_FOR
+        while True:
+            try:
+                revision: int = await self.kv.create(key, encode(record))
+                return revision
+            except KeyWrongLastSequenceError as exc:
+                if tried:
+                    # A replica behind the others may not have it yet: then it is not ours.
+                    with contextlib.suppress(KeyNotFoundError):
+                        entry = await self.kv.get(key)
+                        if entry.value == encode(record):  # our own create, answered late
+                            return int(entry.revision)
+                raise exc
+            except Exception as exc:
+                if not is_transient(exc) or anyio.current_time() + delay > deadline:
+                    raise
+                log.info("storing run %s failed (%s); trying again", record.run_id,
+                         describe(exc))
+            tried = True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP)
+
+    async def _again(self, known: tuple[RunRecord, int], accepted: RunAccepted, *,
+                     everyone: bool) -> RunAccepted | anyio.Event | None:
+        """The answer for a run submitted before: accepted (once its results consumer is
+        there, if we drive it: the event); to a resubmission only from its owner, or from
+        anyone once it has ended. An active run that is ours but that we do not drive (a
+        create answered too late, a take that failed) is taken on again now."""
+        record, revision = known
+        listening = self.listening.get(record.run_id)
+        if listening is None and record.status == "active" and record.owner == self.owner_id:
+            listening = await self._take_back(record, revision) \
+                or self.listening.get(record.run_id)
+        if listening is not None:
+            return listening
+        if everyone and record.status == "active":
+            return None
+        return accepted
+
+    async def _take_back(self, record: RunRecord, revision: int) -> anyio.Event | None:
+        """Drive a run of ours that nobody drives; None if its record changed meanwhile
+        (another planner adopted it)."""
+        claimed = msgspec.structs.replace(record, lease_until=time.time() + self.lease)
         try:
-            await self.kv.get(run_key(run_id))
-        except KeyNotFoundError:
-            return False
-        return True
+            revision = await self.kv.update(run_key(record.run_id), encode(claimed),
+                                            last=revision)
+        except KeyWrongLastSequenceError:
+            return None
+        log.warning("run %s is ours but nobody drives it (a late answer to its create, or a "
+                    "take that failed); taking it on again", record.run_id)
+        return self._start(claimed, revision, adopted=True, previous=self.owner_id)
+
+    async def _known(self, run_id: str) -> tuple[RunRecord, int] | None:
+        """The record of ``run_id`` and its revision if it was submitted before, else None
+        (passing failures to read it are tried again for ``ADMIT_RETRY_FOR`` seconds)."""
+        delay, deadline = 0.05, anyio.current_time() + ADMIT_RETRY_FOR
+        while True:
+            try:
+                entry = await self.kv.get(run_key(run_id))
+                record: RunRecord = decode(entry.value, RunRecord)
+                return record, int(entry.revision)
+            except KeyNotFoundError:
+                return None
+            except Exception as exc:
+                if not is_transient(exc) or anyio.current_time() + delay > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP)
 
     @property
     def known_tools(self) -> set[str]:
@@ -206,7 +337,7 @@ class Planner(RoleActor):
         consumer is there (or its driver gave up)."""
         assert self._runs_tg is not None
         self.starting.add(record.run_id)
-        listening = anyio.Event()
+        listening = self.listening[record.run_id] = anyio.Event()
         self._runs_tg.start_soon(self._drive, record, revision, adopted, previous, listening)
         return listening
 
@@ -254,6 +385,8 @@ class Planner(RoleActor):
         finally:
             listening.set()
             self.starting.discard(record.run_id)
+            if self.listening.get(record.run_id) is listening:
+                del self.listening[record.run_id]
 
     async def _own(self, record: RunRecord, revision: int, adopted: bool,
                    previous: str, listening: anyio.Event) -> None:

@@ -74,6 +74,9 @@ class RunRejected(Message, frozen=True, kw_only=True, tag="run.rejected"):
 
     reason: str
     """Why, and what to change."""
+    retryable: bool = False
+    """The request is fine but could not be stored now (the cluster is electing a leader,
+    a timeout): send it again with the same ``run_id``; never a refusal of the request."""
 
 
 class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):

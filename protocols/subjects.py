@@ -22,6 +22,9 @@ class Verb(enum.Enum):
 
     RUN_SUBMIT = ("run.submit", 0)
     """Request/reply: submit a RunRequest, get RunAccepted or RunRejected."""
+    RUN_RESUBMIT = ("run.resubmit", 0)
+    """Request/reply: a submission sent again after no answer came; every planner hears it
+    (no queue group), so it cannot be lost again to one planner that is cut off."""
     STEP = ("step", 1)
     """``step.<role>``: step tasks for executors of a role (work stream)."""
     REVIEW = ("review", 0)

@@ -79,6 +79,7 @@ from .private_files import private_dir as private_dir
 from .private_files import read_private as read_private
 from .private_files import write_private as write_private
 from .provisioning import Retry as Retry
+from .provisioning import is_transient as is_transient
 from .provisioning import provision as provision
 from .provisioning import provision_consumers as provision_consumers
 from .provisioning import stream_configs as stream_configs
@@ -163,6 +164,7 @@ __all__ = (
     "header_block",
     "holding",
     "inbox_prefix",
+    "is_transient",
     "meta_leader_elected",
     "nuid",
     "offloaded",

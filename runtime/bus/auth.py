@@ -147,7 +147,8 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                 *_consumers(n.results), *_consumers(n.kv), *_consumers(n.events),
                 f"$JS.API.CONSUMER.INFO.{n.work}.*", f"$JS.API.STREAM.MSG.DELETE.{n.work}",
                 *_reads(n.kv), *_reads(n.events), *_reads(n.objects),
-            ], [f"{p}.run.submit", f"{p}.heartbeat.>", *inbox], responses=True)
+            ], [f"{p}.run.submit", f"{p}.run.resubmit", f"{p}.heartbeat.>", *inbox],
+                responses=True)
         elif role.kind == "supervisor":
             users[role.name] = Grant([  # it reads dead tasks, of every role
                 *_actor(n, role.name, n.dead, role.name,
@@ -158,7 +159,8 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         elif role.kind == TEAM_KIND:  # a team lead submits child runs and follows events
             users[role.name] = Grant([
                 *_actor(n, role.name, n.work, f"step-{role.name}", [f"step.{role.name}"]),
-                f"{p}.run.submit", *followers], [f"{p}.error.{role.name}", *inbox])
+                f"{p}.run.submit", f"{p}.run.resubmit", *followers],
+                [f"{p}.error.{role.name}", *inbox])
         else:
             consumer, tasks = {
                 "critic": ("review", ["review"]),
@@ -169,7 +171,7 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
             users[role.name] = Grant([*_actor(n, role.name, n.work, consumer, tasks), *own],
                                      [f"{p}.error.{role.name}", *inbox])
     plans = [f"$JS.API.STREAM.INFO.{n.plans}", *_consumers(n.plans), *_reads(n.plans)]
-    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.result.*.{CLIENT}",
+    users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.run.resubmit", f"{p}.result.*.{CLIENT}",
                            chunks_of(p, f"result.*.{CLIENT}"), *readers, *plans,
                            f"$KV.{plans_bucket(p)}.>"],
                           [f"{p}.heartbeat.>", f"_INBOX_{CLIENT}.>"])

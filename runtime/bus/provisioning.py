@@ -77,7 +77,9 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures that pass on their own: timeouts, no responders, reconnects, 503s."""
     if isinstance(exc, TRANSIENT):
         return True
-    return isinstance(exc, APIError) and (exc.code == 503 or exc.err_code in TRANSIENT_ERR_CODES)
+    # nats-py's KeyValue errors are APIErrors made without a code: read them with getattr
+    return isinstance(exc, APIError) and (getattr(exc, "code", None) == 503
+                                           or getattr(exc, "err_code", None) in TRANSIENT_ERR_CODES)
 
 
 def stream_configs(

@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 SUBMIT_ATTEMPT = 2.0
 """Seconds the first submit attempt waits for a reply; each retry waits twice as long."""
+RETRYABLE_PAUSE = 0.5
+"""Seconds before a submission the planner could not store now is sent again."""
 
 
 async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
@@ -60,45 +62,70 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
 
     The request carries a run id (chosen here unless the caller set one), and a planner
     answers "accepted" for a run id it already knows. So a request whose reply did not
-    come (a lost reply, a planner that died, a reconnect) is sent again, with a longer wait
-    each time, until ``timeout``. While no planner listens (workers still starting), it is
-    sent again too: nobody received it.
+    come (a lost reply, a planner that died or is cut off, a reconnect) is sent again, with
+    a longer wait each time, until ``timeout``: on ``run.resubmit``, which every planner
+    hears, so it cannot be lost again to the one planner the queue group chose. While no
+    planner listens (workers still starting), it is sent again too: nobody received it. A
+    planner that could not store the run now (a leader election) says so ("retryable"):
+    sent again too. Only a refusal of the request itself is final (``RunRefused``).
     """
     if request.run_id is None:
         request = msgspec.structs.replace(request, run_id=new_run_id())
-    subj = bus.subject(Verb.RUN_SUBMIT)
+    first, again = bus.subject(Verb.RUN_SUBMIT), bus.subject(Verb.RUN_RESUBMIT)
+    subj = first
     deadline = anyio.current_time() + timeout
-    wait, sent, listening = SUBMIT_ATTEMPT, 0, False
+    wait, sent, listening, unstored = SUBMIT_ATTEMPT, 0, False, ""
     while True:
         left = deadline - anyio.current_time()
         if left <= 0:
-            if not listening:
-                raise RunNotAccepted(
-                    f"no planner is listening on {subj}: start one with `plancast worker "
-                    "--role planner` (or `plancast up`)")
-            raise RunNotAccepted(
-                f"no planner answered on {subj} within {timeout:g}s ({sent} attempts); run "
-                f"{request.run_id} may still start: check with `plancast status`")
+            raise RunNotAccepted(_unanswered(first, request.run_id, timeout, sent,
+                                             listening, unstored))
         try:
             sent += 1
             reply = await bus.request(subj, request, RunAccepted | RunRejected | ActorError,
                                       timeout=min(left, wait))
-            break
         except PublishRefused as exc:  # no planner will ever hear it: say so now
+            if subj == again:  # users written by an older release: run.submit only
+                subj = first
+                continue
             raise RunNotAccepted(f"{exc}: submit as a user that may (`client` of `plancast "
                                  "auth init`, with --creds / NATS_CREDS)") from None
         except NoRespondersError:
+            # Nobody on run.resubmit: planners of an older release listen on run.submit only.
+            subj = first
             await anyio.sleep(min(0.2, left))
+            continue
         except TRANSIENT as exc:  # no reply in time, or the connection is reconnecting
-            listening = True
+            listening, subj = True, again
             log.info("no answer to run %s yet (%s); sending it again", request.run_id,
                      type(exc).__name__)
             wait *= 2
             if not isinstance(exc, TimeoutError):
                 await anyio.sleep(min(0.2, left))
-    if isinstance(reply, RunAccepted):
-        return reply
-    raise RunRefused(reply.reason)
+            continue
+        if isinstance(reply, RunAccepted):
+            return reply
+        if isinstance(reply, RunRejected) and reply.retryable:
+            listening, subj, unstored = True, again, reply.reason
+            log.info("run %s not stored yet (%s); sending it again", request.run_id,
+                     reply.reason)
+            await anyio.sleep(min(RETRYABLE_PAUSE, left))
+            continue
+        raise RunRefused(reply.reason)
+
+
+def _unanswered(subj: str, run_id: str | None, timeout: float, sent: int, listening: bool,
+                unstored: str) -> str:
+    """Why ``submit`` gave up, and what to do."""
+    if unstored:
+        return (f"no planner could store run {run_id} within {timeout:g}s ({sent} attempts; "
+                f"last: {unstored}); the cluster may be recovering: submit again with the "
+                "same run id, or check the servers")
+    if not listening:
+        return (f"no planner is listening on {subj}: start one with `plancast worker "
+                "--role planner` (or `plancast up`)")
+    return (f"no planner answered on {subj} within {timeout:g}s ({sent} attempts); run "
+            f"{run_id} may still start: check with `plancast status`")
 
 
 async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -> None:

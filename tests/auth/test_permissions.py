@@ -87,10 +87,11 @@ def _forbidden(p: str, team: TeamConfig) -> dict[str, list[str]]:
         f"pub:$KV.{runs_bucket(p)}.runs.r1.steps.77",  # a step record
         f"pub:{p}.event.r1",  # events ahead of the planner
         f"pub:{p}.fence.r1",
-        f"pub:{p}.run.submit",
+        f"pub:{p}.run.submit", f"pub:{p}.run.resubmit",
         f"pub:$JS.API.STREAM.DELETE.{work}",
         f"pub:$JS.API.CONSUMER.CREATE.{work}.x",
         "sub:_INBOX.>", "sub:_INBOX_planner.>", f"sub:{p}.run.submit",
+        f"sub:{p}.run.resubmit",
     ]
     return {
         "watcher": outsider,

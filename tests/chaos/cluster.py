@@ -88,9 +88,12 @@ def _side_executable(base: Path, network: Network) -> str:
     return str(script)
 
 
-async def start_nodes(base: Path, network: Network, users: Users | None = None) -> list[Node]:
+async def start_nodes(base: Path, network: Network, users: Users | None = None, *,
+                      pings: bool = True) -> list[Node]:
     """n1, n2 (root) and n3 (side), routed to each other; returns once a meta leader rules.
-    With ``users``, clients must log in as one of them and routes with the route secret."""
+    With ``users``, clients must log in as one of them and routes with the route secret.
+    ``pings=False``: nats-server's default pings (a silent peer is noticed after minutes),
+    as a deployment that did not tune them has."""
     hosts = [network.root_addr, network.root_addr, network.side_addr]
     ports = free_ports(3)
     routes = [users.route_url(h, p) if users else f"nats-route://{h}:{p}"
@@ -103,7 +106,8 @@ async def start_nodes(base: Path, network: Network, users: Users | None = None) 
         server = _AuthorizedNode(
             data_dir, host=host, server_name=f"n{i}", cluster_port=port,
             routes=[r for r in routes if r != route], executable=executable,
-            extra_config=[*NODE_PINGS, *([users.include(data_dir)] if users else [])],
+            extra_config=[*(NODE_PINGS if pings else ()),
+                          *([users.include(data_dir)] if users else [])],
             route_authorization=users.route_authorization() if users else "")
         nodes.append(Node(server, side=side))
     try:

@@ -37,7 +37,7 @@ from .fleet import ROOT, Fleet, Member, StartFailed
 from .ledger import read_ledger
 from .netns import Network, open_network
 from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
-from .report import Report, judge, ledger_figures, silences, timelines
+from .report import Report, judge, ledger_figures, silences, submission_figures, timelines
 from .users import Users, make_users
 from .workload import RunSpec, make_runs, scenario
 
@@ -238,6 +238,7 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
     duplicates, redeliveries = ledger_figures(executions := read_ledger(work))
     refused = permission_violations(n.server.log_path for n in nodes)
     notes += [f"{r.run_id}: follower restarted {r.restarts} times" for r in runs if r.restarts]
+    submissions, failed_submissions = submission_figures(loop.faults, runs, until)
     return Report(
         config={**{k: v for k, v in asdict(config).items() if k != "log"},
                 "work_dir": str(work), "timeouts": timeouts, "users": config.users,
@@ -249,7 +250,8 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
         in_flight={"mean": statistics.mean(samples) if samples else 0.0,
                    "max": float(max(samples, default=0))},
         members={m.name: m.pids for m in fleet.members},
-        notes=notes, permission_violations=refused)
+        notes=notes, permission_violations=refused, submissions=submissions,
+        failed_submissions=failed_submissions)
 
 
 def _keep_logs(folder: Path, logs: dict[str, StoredLog]) -> None:

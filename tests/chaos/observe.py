@@ -31,7 +31,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import Bus
-from runtime.client import RunNotAccepted, follow, submit
+from runtime.client import RunNotAccepted, RunRefused, follow, submit
 
 from .workload import RunSpec
 
@@ -39,6 +39,20 @@ IDLE = 30.0
 """Seconds without an event before a follower starts over (its consumer may be lost)."""
 SUBMIT_FOR = 60.0
 """Seconds a client keeps submitting a run (the same id each time) before giving up."""
+SUBMIT_TIMEOUT = 10.0
+"""Seconds one ``submit`` call may take: the CLI's deadline (``plancast run``)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One ``submit`` call: when it was made and how it ended."""
+
+    start: float
+    end: float
+    outcome: str
+    """``accepted``, ``refused`` (a ``run.rejected``: every chaos goal is valid, so only a
+    passing failure can cause one) or ``lost`` (no answer within the deadline)."""
+    error: str = ""
 
 
 @dataclass
@@ -49,6 +63,9 @@ class Tracked:
     submitted: float = 0.0
     accepted: float = 0.0
     submit_errors: list[str] = field(default_factory=list)
+    submissions: list[Submission] = field(default_factory=list)
+    """Every ``submit`` call made for it (sent again, with the same run id, after one
+    failed)."""
     events: list[RunEvent] = field(default_factory=list)
     ended: anyio.Event = field(default_factory=anyio.Event)
     restarts: int = 0
@@ -73,13 +90,18 @@ async def submit_run(bus: Bus, run: Tracked) -> bool:
     request = RunRequest(goal=run.spec.goal, run_id=run.run_id)
     deadline = time.monotonic() + SUBMIT_FOR
     while time.monotonic() < deadline:
+        start = time.time()
         try:
-            await submit(bus, request, timeout=10)
+            await submit(bus, request, timeout=SUBMIT_TIMEOUT)
         except (RunNotAccepted, NatsError, TimeoutError) as exc:
-            run.submit_errors.append(f"{time.time():.1f} {type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            run.submit_errors.append(f"{time.time():.1f} {error}")
+            outcome = "refused" if isinstance(exc, RunRefused) else "lost"
+            run.submissions.append(Submission(start, time.time(), outcome, error))
             await anyio.sleep(1.0)
             continue
         run.accepted = time.time()
+        run.submissions.append(Submission(start, run.accepted, "accepted"))
         return True
     run.ended.set()
     return False

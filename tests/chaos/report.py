@@ -14,7 +14,7 @@ from protocols import ReplanStarted, RunEvent, RunFailed, RunFinished, StepFinis
 from ..invariants import event_log_violations
 from .faults import KINDS, NODE_KINDS, Fault
 from .ledger import Execution, redelivered, repeated
-from .observe import StoredLog, Tracked
+from .observe import StoredLog, Submission, Tracked
 from .workload import ANSWER, MAX_SLEEP
 
 EVIDENCE_SHOWN = 15
@@ -59,6 +59,24 @@ class Silence:
 
 
 @dataclass
+class Submissions:
+    """``submit`` calls made while faults of one kind held (from injection to healing)."""
+
+    made: int = 0
+    accepted: int = 0
+    refused: int = 0
+    """Answered ``run.rejected``: every chaos goal is valid, so a passing failure was
+    taken for a refusal; must be 0."""
+    lost: int = 0
+    """No answer within the deadline: the request went where nobody could serve it; must
+    be 0."""
+
+
+NO_FAULT = "no fault"
+"""The row of submissions made while no fault held."""
+
+
+@dataclass
 class Report:
     config: dict[str, Any]
     runs: list[RunVerdict]
@@ -79,6 +97,11 @@ class Report:
     permission_violations: list[str] = field(default_factory=list)
     """The servers' log lines refusing a user a publish, a subscription or a login: with
     per-role users, each is an actor or client doing what its user may not; must be empty."""
+    submissions: dict[str, Submissions] = field(default_factory=dict)
+    """By fault kind (and ``NO_FAULT``): the submit calls made meanwhile and their ends."""
+    failed_submissions: list[str] = field(default_factory=list)
+    """Each submit call refused or lost (a passing cause: the goals are valid); must be
+    empty."""
 
     def of(self, status: str) -> list[RunVerdict]:
         return [r for r in self.runs if r.status == status]
@@ -90,6 +113,7 @@ class Report:
         found += [f"wrong answer: {r.run_id}: {w}" for r in self.runs for w in r.wrong]
         found += [f"violation: {r.run_id}: {v}" for r in self.runs for v in r.violations]
         found += [f"duplicate execution: {k} ran {n} times" for k, n in self.duplicates.items()]
+        found += [f"submission refused or lost: {f}" for f in self.failed_submissions]
         refused = self.permission_violations
         found += [f"permission violation: {line}" for line in refused[:EVIDENCE_SHOWN]]
         if len(refused) > EVIDENCE_SHOWN:
@@ -140,6 +164,29 @@ def _lost(events: Sequence[RunEvent]) -> list[int]:
     planned = {e.step.id for e in events[start:] if isinstance(e, StepPlanned)}
     done = {e.step_id for e in events if isinstance(e, StepFinished)}
     return sorted(planned - done)
+
+
+def submission_figures(faults: Sequence[Fault], runs: Sequence[Tracked],
+                       until: float) -> tuple[dict[str, Submissions], list[str]]:
+    """Each submit call, counted under every kind of fault that held when it was made (or
+    ``NO_FAULT``); and a line for each one refused or lost."""
+    figures = {kind: Submissions() for kind in (*KINDS, NO_FAULT)}
+    failed = []
+    for run in runs:
+        for call in run.submissions:
+            during = [f for f in faults if f.start <= call.start <= (f.end or until)]
+            for kind in {f.kind for f in during} or {NO_FAULT}:
+                _count(figures[kind], call)
+            if call.outcome != "accepted":
+                held = ", ".join(f.describe() for f in during) or NO_FAULT
+                failed.append(f"{run.run_id} at {call.start:.1f} ({call.end - call.start:.1f}s;"
+                              f" during {held}): {call.error:.200}")
+    return figures, failed
+
+
+def _count(figures: Submissions, call: Submission) -> None:
+    figures.made += 1
+    setattr(figures, call.outcome, getattr(figures, call.outcome) + 1)
 
 
 @dataclass(frozen=True)
@@ -224,6 +271,7 @@ def render(report: Report) -> str:
         figures = f"{s.p50:8.2f}s {s.max:6.2f}s  {s.worst}" if s else "       -"
         lines.append(f"  {kind:<12} {counts[kind]:5}  {figures}")
     lines += _recoveries(report.faults)
+    lines += _submission_lines(report)
     for r in runs:
         if r.status == "refused":
             lines.append(f"  never accepted {r.run_id}: {r.reason:.200}")
@@ -246,6 +294,18 @@ def _by_rule(runs: Sequence[RunVerdict]) -> str:
                     for r in runs for v in r.violations)
     listed = ", ".join(f"{rule} {n}" for rule, n in rules.most_common())
     return f"{sum(rules.values())} violations" + (f": {listed}" if listed else "")
+
+
+def _submission_lines(report: Report) -> list[str]:
+    """Submit calls by the fault they were made during; refused or lost must be 0."""
+    if not report.submissions:
+        return []
+    lines = ["", "  submissions   made  accepted  refused  lost  (submit calls, by the fault "
+                 "held when made; refused or lost: a passing cause, must be 0)"]
+    for kind, s in report.submissions.items():
+        lines.append(f"  {kind:<12} {s.made:5} {s.accepted:9} {s.refused:8} {s.lost:5}")
+    lines += [f"  submission refused or lost: {f:.300}" for f in report.failed_submissions]
+    return lines
 
 
 def _recoveries(faults: Sequence[Fault]) -> list[str]:
@@ -279,5 +339,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "permission_violations": len(report.permission_violations),
         "users": bool(report.config.get("users")),
         "faults": dict(Counter(f.kind for f in report.faults)),
+        "submissions": {k: asdict(v) for k, v in report.submissions.items()},
+        "submissions_refused_or_lost": len(report.failed_submissions),
     }
     return data

@@ -34,6 +34,7 @@ def _check(report: Report) -> None:
     assert not [r for r in report.runs if r.violations], render(report)
     assert not report.duplicates, render(report)
     assert not report.of("refused"), render(report)
+    assert not report.failed_submissions, render(report)
     assert report.config["users"], "the chaos suite runs with per-role users"
     assert not report.permission_violations, render(report)
 

@@ -19,8 +19,8 @@ from protocols import (
 
 from .faults import Fault
 from .ledger import LEDGER, ledger_output, read_ledger, redelivered, repeated
-from .observe import StoredLog, Tracked
-from .report import Timeline, judge, silences
+from .observe import StoredLog, Submission, Tracked
+from .report import NO_FAULT, Report, Timeline, judge, render, silences, submission_figures
 from .workload import ANSWER, make_runs, scenario
 
 SPEC = make_runs(seed=3, count=1, path_seconds=4.0)[0]
@@ -105,6 +105,26 @@ def test_silence_is_the_longest_gap_across_the_fault() -> None:
             Timeline("c", [100, 103], ended=False)]  # hung: not counted
     found = silences([fault], runs, until=200.0)
     assert found["node_kill"].count == 1 and found["node_kill"].max == 7.0
+
+
+def test_submissions_are_counted_by_the_fault_they_were_made_during() -> None:
+    faults = [Fault("partition", "n3+side", start=100.0, seconds=15.0, end=115.0),
+              Fault("actor_kill", "planner-1", start=110.0, seconds=1.0, end=111.0)]
+    run = Tracked(SPEC, submitted=101.0, accepted=125.0, submissions=[
+        Submission(101.0, 111.0, "lost", "RunNotAccepted: no planner answered"),
+        Submission(110.5, 120.5, "refused", "RunRefused: no response from stream"),
+        Submission(124.0, 125.0, "accepted")])
+    figures, failed = submission_figures(faults, [run], until=200.0)
+    assert (figures["partition"].made, figures["partition"].lost,
+            figures["partition"].refused) == (2, 1, 1)
+    assert (figures["actor_kill"].made, figures["actor_kill"].refused) == (1, 1)
+    assert (figures[NO_FAULT].made, figures[NO_FAULT].accepted) == (1, 1)
+    assert len(failed) == 2 and "partition n3+side" in failed[1]
+    report = Report(config={}, runs=[], duplicates={}, redeliveries=0, executions=0,
+                    faults=faults, unavailable={}, silences={}, seconds=0.0, in_flight={},
+                    members={}, submissions=figures, failed_submissions=failed)
+    assert len([p for p in report.problems() if p.startswith("submission refused")]) == 2
+    assert "  partition        2         0        1     1" in render(report)
 
 
 def test_the_ledger_tells_a_repeat_from_a_redelivery(tmp_path: Path) -> None:

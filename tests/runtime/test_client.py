@@ -15,6 +15,7 @@ from protocols import (
     RunAccepted,
     RunEvent,
     RunFinished,
+    RunRejected,
     RunRequest,
     RunResumed,
     RunStarted,
@@ -26,7 +27,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import Bus, NatsServerProcess, open_bus
-from runtime.client import RunNotAccepted, RunStalled, follow, submit
+from runtime.client import RunNotAccepted, RunRefused, RunStalled, follow, submit
 from runtime.config import Settings
 
 from .test_connection import no_stray_tasks, recording
@@ -103,6 +104,53 @@ async def test_submit_without_a_planner_says_how_to_start_one(nats_url: str, pre
     async with open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False) as bus:
         with pytest.raises(RunNotAccepted, match="plancast worker --role planner"):
             await submit(bus, RunRequest(goal="g"), timeout=0.5)
+
+
+@asynccontextmanager
+async def unstoring_planner(bus: Bus, *, unstored: int,
+                            final: RunRejected | None = None) -> AsyncIterator[list[str]]:
+    """A planner that answers "could not store it now" (retryable) ``unstored`` times, then
+    ``final`` or accepted; on ``run.submit`` (queue group) and ``run.resubmit`` (all);
+    yields the subject of every request it received."""
+    subjects: list[str] = []
+
+    async def answer(msg: Msg) -> None:
+        request: RunRequest = decode(msg.data, RunRequest)
+        assert request.run_id is not None
+        subjects.append(msg.subject)
+        reply: RunAccepted | RunRejected = final or RunAccepted(
+            run_id=request.run_id, events_subject=bus.subject(Verb.EVENT, request.run_id))
+        if len(subjects) <= unstored:
+            reply = RunRejected(reason="no response from stream", retryable=True)
+        await msg.respond(encode(reply))
+
+    subs = [await bus.nc.subscribe(bus.subject(Verb.RUN_SUBMIT), queue="planner", cb=answer),
+            await bus.nc.subscribe(bus.subject(Verb.RUN_RESUBMIT), cb=answer)]
+    try:
+        yield subjects
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+async def test_submit_sends_again_what_the_planner_could_not_store_yet(
+    nats_url: str, prefix: str,
+) -> None:
+    """"Could not store it now" is not a refusal: sent again, to every planner; a refusal
+    of the request itself is final at once."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix), ensure_streams=False) as bus:
+        async with unstoring_planner(bus, unstored=2) as subjects:
+            accepted = await submit(bus, RunRequest(goal="g", run_id="mine-2"), timeout=10.0)
+        assert accepted.run_id == "mine-2"
+        assert subjects == [bus.subject(Verb.RUN_SUBMIT), *[bus.subject(Verb.RUN_RESUBMIT)] * 2]
+        async with unstoring_planner(bus, unstored=1, final=RunRejected(reason="no")) \
+                as subjects:
+            with pytest.raises(RunRefused, match="no"):
+                await submit(bus, RunRequest(goal="g"), timeout=10.0)
+        assert len(subjects) == 2
+        async with unstoring_planner(bus, unstored=1000) as subjects:
+            with pytest.raises(RunNotAccepted, match=r"could store run mine-3.*no response"):
+                await submit(bus, RunRequest(goal="g", run_id="mine-3"), timeout=1.0)
 
 
 # -- follow -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from nats.js import api
+from nats.js.errors import KeyNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
 from protocols import RunStarted, Stream, Verb, runs_bucket, stream_name
 from runtime.bus import (
@@ -24,6 +25,7 @@ from runtime.bus import (
     Retry,
     connect,
     free_port,
+    is_transient,
     open_bus,
     provision,
     stream_configs,
@@ -317,3 +319,11 @@ async def test_provision_fails_at_once_on_an_error_that_will_not_pass(
         async with open_bus(settings):
             pytest.fail("provisioned three replicas on one server")
     assert anyio.current_time() - started < 60.0
+
+
+def test_passing_failures_are_told_from_answers() -> None:
+    """A leader election's "no response" and a 503 pass; a key that is not there is an
+    answer (nats-py makes KeyValue errors without a code: reading one must not fail)."""
+    assert is_transient(NoStreamResponseError()) and is_transient(TimeoutError())
+    assert is_transient(ServiceUnavailableError(code=503))
+    assert not is_transient(KeyNotFoundError())
