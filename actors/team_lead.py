@@ -52,7 +52,7 @@ MARGIN = 0.1
 fails it (with its reason) before the parent's planner times the step out."""
 TIMER_SLACK = 1.5
 """Seconds more kept back: a planner checks deadlines about once a second."""
-SUBMIT_WAIT = 10.0
+SUBMIT_WAIT = 30.0
 """Seconds the child run's submission may take (within the step's time)."""
 GOAL_LIMIT = 20_000
 """A child goal's size limit (the RunRequest's)."""

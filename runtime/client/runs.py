@@ -55,9 +55,16 @@ SUBMIT_ATTEMPT = 2.0
 """Seconds the first submit attempt waits for a reply; each retry waits twice as long."""
 RETRYABLE_PAUSE = 0.5
 """Seconds before a submission the planner could not store now is sent again."""
+SUBMIT_TIMEOUT = 30.0
+"""Seconds ``submit`` waits for an answer by default: a failover can hold one that long (a
+leader election, then a planner's lease running out before another adopts the run); an
+answer normally comes in milliseconds."""
+NOBODY_LISTENING = 10.0
+"""Seconds after which a submission no planner has ever heard gives up: none is running."""
 
 
-async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> RunAccepted:
+async def submit(bus: Bus, request: RunRequest, *,
+                 timeout: float = SUBMIT_TIMEOUT) -> RunAccepted:
     """Hand a goal to a planner; returns the planner's acceptance.
 
     The request carries a run id (chosen here unless the caller set one), and a planner
@@ -73,11 +80,12 @@ async def submit(bus: Bus, request: RunRequest, *, timeout: float = 10.0) -> Run
         request = msgspec.structs.replace(request, run_id=new_run_id())
     first, again = bus.subject(Verb.RUN_SUBMIT), bus.subject(Verb.RUN_RESUBMIT)
     subj = first
-    deadline = anyio.current_time() + timeout
+    start = anyio.current_time()
+    deadline = start + timeout
     wait, sent, listening, unstored = SUBMIT_ATTEMPT, 0, False, ""
     while True:
         left = deadline - anyio.current_time()
-        if left <= 0:
+        if left <= 0 or (not listening and anyio.current_time() - start > NOBODY_LISTENING):
             raise RunNotAccepted(_unanswered(first, request.run_id, timeout, sent,
                                              listening, unstored))
         try:

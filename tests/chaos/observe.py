@@ -39,8 +39,6 @@ IDLE = 30.0
 """Seconds without an event before a follower starts over (its consumer may be lost)."""
 SUBMIT_FOR = 60.0
 """Seconds a client keeps submitting a run (the same id each time) before giving up."""
-SUBMIT_TIMEOUT = 10.0
-"""Seconds one ``submit`` call may take: the CLI's deadline (``plancast run``)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ async def submit_run(bus: Bus, run: Tracked) -> bool:
     while time.monotonic() < deadline:
         start = time.time()
         try:
-            await submit(bus, request, timeout=SUBMIT_TIMEOUT)
+            await submit(bus, request)  # the deadline every user of submit has
         except (RunNotAccepted, NatsError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"
             run.submit_errors.append(f"{time.time():.1f} {error}")
