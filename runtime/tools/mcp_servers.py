@@ -239,8 +239,9 @@ def sandboxed_server(bwrap: str, command: list[str], workdir: Path,
     """A stdio server's command inside bubblewrap: a read-only system and Python, the
     program's own installation read-only, ``workdir`` writable (its working directory), no
     network, no home, only ``env`` (and PATH) in its environment."""
-    args = [bwrap, *_system_binds()]
-    seen: set[str] = set()
+    # /tmp first: a Python installed under /tmp (a CI's venv) is bound over it, not hidden
+    args = [bwrap, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    seen: set[str] = {"/tmp"}
     program = Path(os.path.realpath(command[0]))
     for place in (sys.base_prefix, sys.prefix, str(program.parent.parent)):
         real = os.path.realpath(place)
@@ -252,8 +253,7 @@ def sandboxed_server(bwrap: str, command: list[str], workdir: Path,
                 seen.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", real, real]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-             "--bind", str(workdir), str(workdir), "--chdir", str(workdir),
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir),
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
              "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", str(workdir),
