@@ -184,7 +184,8 @@ class Planner(RoleActor):
                 decided = accepted
             answer = decided
         except Exception as exc:
-            if not is_transient(exc):
+            # A record another create holds but a lagging replica cannot show yet: passing too.
+            if not is_transient(exc) and not isinstance(exc, KeyNotFoundError):
                 raise
             log.warning("run %s could not be stored now (%s); the client sends it again",
                         run_id, describe(exc))
