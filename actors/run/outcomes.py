@@ -284,8 +284,10 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
     if not _claimed_by(meta.claimants, sender, result.delivery):
         if patient:
             raise Early(f"step {sid} attempt {attempt}")
-        # Refused alone: the attempt goes on, and its claimant's result still counts (a
-        # task taken and never claimed meets the claim deadline: ``timers``).
+        # Refused alone: the attempt goes on, and its claimant's result still counts; with
+        # no claimant, a claim must follow within the claim deadline (``timers``).
+        if not meta.claimants and not meta.unclaimed_at:
+            meta.unclaimed_at = time.time()
         await refuse(run, result, f"{sender or 'an unnamed sender'} never claimed attempt "
                      f"{attempt} of step {sid} in delivery {result.delivery} (claimed by: "
                      f"{', '.join(sorted(meta.claimants)) or 'nobody yet'})",

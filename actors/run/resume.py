@@ -209,6 +209,12 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                 m.executor = event.executor
                 m.usage = m.usage + spent.pop(step_source(event.step_id), Usage())
                 out.announced -= {key, *_usage_of(out.announced, event.step_id)}
+            case OutcomeRefused(kind="step.result") if event.step_id is not None \
+                    and "never claimed" in event.reason \
+                    and _current(state, event.step_id, event.attempt) \
+                    and not meta[event.step_id].claimants:
+                # Its message was acknowledged: nothing re-derives it (``timers``).
+                meta[event.step_id].unclaimed_at = event.ts
             case UsageRecorded():
                 if not early:  # the saved state's total is newer than a replayed step's
                     out.usage = event.total

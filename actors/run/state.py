@@ -86,6 +86,11 @@ class StepMeta:
     """The current attempt's task in the work stream, once stored."""
     delivered_at: float = 0.0
     """Unix time its task was first seen delivered (0: not yet; the claim deadline)."""
+    unclaimed_at: float = 0.0
+    """Unix time a result came for the attempt from a process that had not claimed it while
+    nobody had (0: none): refused, and the attempt fails ``not_claimed`` unless a claim
+    follows within ``[timeouts] claim`` (the result's task was acknowledged: nothing else
+    may come)."""
     answer: int = 0
     """A fingerprint of the result that settled the attempt (0: none known here): the
     same message again passes, another answer is refused."""
@@ -103,7 +108,7 @@ class StepMeta:
         self.dispatched_at, self.claimed_at, self.review_sent_at = now, 0.0, 0.0
         self.beats = 0.0
         self.task_seq, self.task_id, self.review_output = 0, "", None
-        self.delivered_at, self.answer = 0.0, 0
+        self.delivered_at, self.answer, self.unclaimed_at = 0.0, 0, 0.0
 
 
 @dataclass

@@ -123,6 +123,11 @@ async def _expired(run: RunOps, step: Step, meta: StepMeta, now: float) -> Expir
         why = await _unserved(run, "critic", "review", meta.review_sent_at)
         return expired("unserved", why, False) if why else None
     if not meta.claimants:
+        if meta.unclaimed_at and now - meta.unclaimed_at > timeouts.claim:
+            return expired("not_claimed", f"not claimed: a result of attempt {attempt} came "
+                           f"{now - meta.unclaimed_at:.0f}s ago from a process that never "
+                           f"claimed it, and no claim followed within {timeouts.claim:g}s "
+                           "([timeouts] claim); the attempt is run again")
         late = await _not_claimed(run, step, meta, now)
         if late:
             return expired("not_claimed", late)

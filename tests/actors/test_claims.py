@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from protocols import OutcomeRefused, StepClaimed, StepResult, StepStarted, Verb
+from protocols import (
+    OutcomeRefused,
+    StepClaimed,
+    StepDispatched,
+    StepFailed,
+    StepResult,
+    StepStarted,
+    Verb,
+)
 from runtime.bus import Bus
 from runtime.client import follow
 from runtime.testing import Rule
@@ -64,3 +72,33 @@ async def test_a_result_claiming_an_attempt_no_longer_wanted_changes_nothing(
     assert "attempt 2 of step 1 is no longer wanted" in refused.reason
     assert [s.executor for s in out.of(StepStarted)] == [out.finished(1).executor]
     assert out.finished(1).output != "forged" and out.answer == "real"
+
+
+async def test_a_result_refused_for_want_of_a_claim_is_followed_by_a_claim_or_a_retry(
+    nats_url: str, prefix: str
+) -> None:
+    """A result from a process that never claimed the attempt, while nobody has, is refused
+    and its message acknowledged: if no claim follows within ``[timeouts] claim`` the
+    attempt fails ``not_claimed`` and runs again, rather than waiting on an answer that
+    cannot come (chaos seed 43: such a run waited through 19 takeovers)."""
+    async def forge(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepDispatched):
+                await bus.publish_durable(
+                    bus.subject(Verb.RESULT, run_id, "worker"),
+                    StepResult(run_id=run_id, step_id=1, attempt=1, ok=True, output="forged",
+                               executor="worker/elsewhere", delivery=1, claims=False,
+                               nonce=NONCES.task(run_id, 1, 1)))
+                return
+
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 8})]),
+        finish("real")], during=forge, timeouts={"claim": 1.0},
+        # the real executor claims only in its result, its heartbeats listing the step
+        settings={"claim_after": 60.0, "heartbeat_interval": 0.2})
+    refused = [r.reason for r in out.of(OutcomeRefused) if r.sender == "worker/elsewhere"]
+    assert ["never claimed attempt 1 of step 1" in r for r in refused] == [True]
+    [failed] = out.of(StepFailed)
+    assert failed.cause == "not_claimed" and failed.attempt == 1 and failed.will_retry
+    assert "a result of attempt 1 came" in failed.error
+    assert out.finished(1).attempt == 2 and out.answer == "real"

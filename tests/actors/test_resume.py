@@ -10,6 +10,7 @@ import msgspec
 from actors.run import RunState, StepMeta, identity
 from actors.run import fold as _fold
 from protocols import (
+    OutcomeRefused,
     PlanFinished,
     ReplanStarted,
     RunEvent,
@@ -251,3 +252,25 @@ def test_events_stored_out_of_their_order_are_folded_in_their_order() -> None:
     fold(state, [(e, 7) for e in stream], next_seq=10)
     assert state.scheduler.state(2) is StepState.DONE
     assert state.scheduler.is_done()
+
+
+def test_a_result_refused_for_want_of_a_claim_starts_the_claim_deadline_after_a_takeover(
+) -> None:
+    """A quick step's result came from a process whose claim the run never applied (lost
+    with a planner that died), so it was refused and acknowledged: nothing of that attempt
+    comes again. A planner taking the run over learns it from the refusal's event, so the
+    attempt meets the claim deadline instead of running for good (chaos seed 43, runs
+    c43-0047 and c43-0049: 19 takeovers, each waiting on it)."""
+    state = saved((step(1), StepState.DONE))
+    refused = OutcomeRefused(run_id=RUN, kind="step.result", step_id=2, attempt=1,
+                             sender="worker/a", reason="worker/a never claimed attempt 1 of "
+                             "step 2 in delivery 1 (claimed by: nobody yet)", ts=123.0)
+    events = [msgspec.structs.replace(e, seq=10 + i) for i, e in enumerate((
+        StepPlanned(run_id=RUN, round=0, step=step(2, 1)),
+        PlanFinished(run_id=RUN, round=0, steps=2),
+        StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+        refused))]
+    fold(state, [(e, 7) for e in events], next_seq=10)
+    assert state.scheduler.state(2) is StepState.RUNNING
+    assert state.meta[2].unclaimed_at == 123.0
+    assert not state.meta[2].claimants
