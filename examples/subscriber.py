@@ -5,8 +5,8 @@
 A run's events live on the JetStream subject ``<prefix>.event.<run_id>``, so a
 subscriber that arrives late (even after the run ended) replays it from the first event.
 Each event carries ``seq`` 1, 2, 3 ... with no gaps (but for numbers a ``run.resumed``
-event lists as ``skipped``), so a subscriber knows it missed nothing. Exits 0 when the run
-finished, 1 when it failed.
+event lists as ``skipped``, which do not count even if stored), so a subscriber knows it
+missed nothing. Exits 0 when the run finished, 1 when it failed.
 
 Any language can do the same: subscribe to the subject with an ordered consumer
 (deliver policy "all") and decode the JSON; ``plancast schema`` prints its schema.

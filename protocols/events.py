@@ -153,7 +153,9 @@ class RunResumed(Event, frozen=True, kw_only=True, tag="event.run.resumed"):
     """The planner that owned it before."""
     skipped: list[int] = []
     """Event numbers the previous owner gave out but never stored before it was fenced off
-    (a write lost in a failover): they will never exist; a reader stops waiting for them."""
+    (a write lost in a failover): they will never exist; a reader stops waiting for them.
+    Also those it stored after a lost one (they may rest on it, as a step's start on its
+    lost dispatch): they do not count, and a reader drops them."""
 
 
 class WorkFailed(Event, frozen=True, kw_only=True, tag="event.work.failed"):

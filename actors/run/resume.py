@@ -29,6 +29,7 @@ from protocols import (
     ReplanStarted,
     RunEvent,
     RunRecord,
+    RunResumed,
     StepDispatched,
     StepFailed,
     StepFinished,
@@ -79,8 +80,9 @@ class Tail:
     positions: dict[int, int] = field(default_factory=dict)
     """The first event number of each message read → its stream sequence."""
     skipped: list[int] = field(default_factory=list)
-    """Numbers below ``last_seq`` with no event: the previous owner's writes that were lost
-    and, the run being fenced now, never will be stored."""
+    """Numbers below ``last_seq`` that do not count: the previous owner's writes that were
+    lost and, the run being fenced now, never will be stored, and those it stored after a
+    lost one (they may rest on it: a claim whose dispatch was lost)."""
 
 
 async def read_tail(bus: Bus, run_id: str, after: int,
@@ -131,6 +133,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
     s, meta, now = state.scheduler, state.meta, time.time()
     seen: set[int] = set()
     spent: dict[str, Usage] = {}  # per source, since its step's last dispatch or failure
+    expected, lost = next_seq, False  # lost: a number before this one was never stored
     # In the order they were numbered, not stored: a pipelined event whose first try went
     # unanswered is stored again after events sent later (``Bus.settle``), so a step's end
     # can stand before its dispatch in the stream (chaos seed 7, run c7-0004).
@@ -139,8 +142,16 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
         if early and _step_of(event) not in replayed:
             continue
         if not early:
-            seen.add(event.seq)
+            # The fence stops an owner's writes only once the run is taken over: a write
+            # of its own lost in a failover may be followed by later ones stored (c42-0007:
+            # a step's start without its dispatch). Past a lost number, its events do not
+            # count, up to the next owner's ``run.resumed``; a reader drops them too.
+            lost = not isinstance(event, RunResumed) and (lost or event.seq > expected)
+            expected = max(expected, event.seq + 1)
             out.last_seq = max(out.last_seq, event.seq)
+            if lost:
+                continue
+            seen.add(event.seq)
         key = identity(event)
         if key is not None:
             out.announced.add(key)

@@ -153,8 +153,10 @@ async def follow(
 
     Events are numbered 1, 2, 3 ...; around a failover one may be stored after its
     successor, or twice (it was sent again), so early ones wait here until the gap is
-    filled, and a repeated number is skipped. An event of a type this client does not know
-    (from a newer deployment) takes its number but is not yielded.
+    filled, and a repeated number is skipped. Numbers a ``run.resumed`` lists as
+    ``skipped`` are passed over, even those stored (after a lost one, which they may rest
+    on). An event of a type this client does not know (from a newer deployment) takes its
+    number but is not yielded.
 
     Timeouts, reconnects and the loss of the consumer are ridden out: reading resumes from
     the stream sequence after the last message read. ``idle_timeout``: raise
@@ -206,9 +208,9 @@ async def follow(
                 if seq < expected:
                     continue
                 early[seq] = event
-                if isinstance(event, RunResumed):  # numbers lost with the previous owner
-                    early |= {n: None for n in event.skipped if n >= expected
-                              and n not in early}
+                if isinstance(event, RunResumed):  # numbers lost with the previous owner,
+                    # and those it stored after a lost one (they may rest on it): dropped
+                    early |= {n: None for n in event.skipped if n >= expected}
             while expected in early:
                 ready = early.pop(expected)
                 expected += 1

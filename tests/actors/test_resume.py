@@ -17,6 +17,7 @@ from protocols import (
     RunFinished,
     RunRecord,
     RunRequest,
+    RunResumed,
     Step,
     StepDispatched,
     StepFailed,
@@ -152,14 +153,37 @@ def test_a_replayed_finish_counts_the_usage_of_its_own_attempt_only() -> None:
 
 def test_numbers_the_previous_owner_never_stored_are_reported_as_skipped() -> None:
     """Its pipelined event 11 was lost in a failover, 12 was stored, then it was fenced off:
-    11 never will be, and the new owner says so (``run.resumed`` lists it)."""
+    11 never will be, 12 may rest on it, and the new owner says so (``run.resumed`` lists
+    both)."""
     state = saved((step(1), StepState.RUNNING))
     events = tail(StepStarted(run_id=RUN, step_id=1, attempt=1, executor="worker/a",
                               delivery=1, heartbeat=0.5),
                   UsageRecorded(run_id=RUN, source="planner", usage=Usage(), total=Usage()),
                   UsageRecorded(run_id=RUN, source="planner", usage=Usage(), total=Usage()))
     out = fold(state, [events[0], events[2]], next_seq=10)
-    assert out.skipped == [11] and out.last_seq == 12
+    assert out.skipped == [11, 12] and out.last_seq == 12
+
+
+def test_events_stored_after_a_lost_one_do_not_count() -> None:
+    """Chaos seed 42, run c42-0007: the previous owner's step 1 finish and step 2 dispatch
+    (10, 11) were lost in a failover, the worker's claim of step 2 (12) was stored, then the
+    run was taken over. The claim rests on a dispatch the log lacks: it is not folded (step
+    2 waits to be dispatched), not announced (the claim, when it comes again, is told after
+    the new dispatch), and listed as skipped, so readers drop it too. The next owner's own
+    events (its ``run.resumed`` on) count again."""
+    state = saved((step(1), StepState.RUNNING), (step(2, 1), StepState.PENDING), closed=True)
+    claim = StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a", delivery=1,
+                        heartbeat=0.5)
+    events = tail(StepFinished(run_id=RUN, step_id=1, attempt=1, output="one"),
+                  StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+                  claim,
+                  RunResumed(run_id=RUN, planner="p/2", previous="p/1", skipped=[10, 11, 12]),
+                  StepFinished(run_id=RUN, step_id=1, attempt=1, output="one"))
+    out = fold(state, events[2:], next_seq=10)
+    assert out.skipped == [10, 11, 12] and out.last_seq == 14
+    assert identity(claim) not in out.announced | out.told
+    assert state.scheduler.state(1) is StepState.DONE  # the new owner's finish (14) counts
+    assert state.scheduler.state(2) is StepState.READY and not state.meta[2].claimants
 
 
 def early(*events: RunEvent, first: int = 3, fence: int = 7) -> list[tuple[RunEvent, int]]:

@@ -332,3 +332,20 @@ async def test_follow_does_not_wait_for_a_number_a_new_owner_declares_lost(
         with anyio.fail_after(10):
             events = [event async for event in follow(bus, "r1")]
     assert [e.seq for e in events] == [1, 3, 4]
+
+
+async def test_follow_drops_an_event_stored_behind_a_number_a_new_owner_declares_lost(
+    nats_url: str, prefix: str,
+) -> None:
+    """Chaos seed 42, run c42-0007: the previous owner's dispatch (2) was lost in a
+    failover, its next event, the step's start (3), was stored; the new owner lists both
+    as skipped, and a reader does not see a start without its dispatch."""
+    async with open_bus(Settings(nats_url=nats_url, prefix=prefix)) as bus:
+        await publish(bus, started("r1", 1))
+        await publish(bus, StepStarted(run_id="r1", seq=3, step_id=1, attempt=1, executor="e"))
+        await publish(bus, RunResumed(run_id="r1", seq=4, planner="p/2", previous="p/1",
+                                      skipped=[2, 3]))
+        await publish(bus, RunFinished(run_id="r1", seq=5, answer="done"))
+        with anyio.fail_after(10):
+            events = [event async for event in follow(bus, "r1")]
+    assert [e.seq for e in events] == [1, 4, 5]
