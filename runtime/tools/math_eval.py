@@ -78,19 +78,21 @@ def _choice(names: tuple[str, ...]) -> str:
 EXPRESSION_GBNF = f"""
 # What ``evaluate`` computes (Python's grammar, these operators, names and functions only).
 # step-ref: a $N reference to an earlier step's output, where the plan allows one.
+# Short by construction (8 terms of 8 factors, 12 digits): a small model that rambles
+# inside an expression otherwise writes until its max_tokens and the plan is cut.
 root   ::= sp sum sp
-sum    ::= term (sp ("+" | "-") sp term){{0,24}}
-term   ::= factor (sp ("*" | "/" | "//" | "%") sp factor){{0,24}}
+sum    ::= term (sp ("+" | "-") sp term){{0,7}}
+term   ::= factor (sp ("*" | "/" | "//" | "%") sp factor){{0,7}}
 factor ::= ("-" | "+")? sp power
 power  ::= atom (sp "**" sp factor)?
 atom   ::= number | const | call | "(" sp sum sp ")" | step-ref
-number ::= int ("." [0-9]{{0,20}})? exp? | "." [0-9]{{1,20}} exp?
-int    ::= "0" | [1-9] [0-9]{{0,19}}
+number ::= int ("." [0-9]{{0,10}})? exp? | "." [0-9]{{1,10}} exp?
+int    ::= "0" | [1-9] [0-9]{{0,11}}
 exp    ::= [eE] [-+]? [0-9]{{1,2}}
 const  ::= {_choice(tuple(_CONSTANTS))}
 call   ::= ({_choice(_ONE_ARG)}) "(" sp sum sp ")"
          | ({_choice(_ONE_OR_TWO)}) "(" sp sum (sp "," sp sum)? sp ")"
-         | ({_choice(_TWO_OR_MORE)}) "(" sp sum (sp "," sp sum){{1,7}} sp ")"
+         | ({_choice(_TWO_OR_MORE)}) "(" sp sum (sp "," sp sum){{1,3}} sp ")"
 sp     ::= " "?
 """
 """The grammar of an expression (GBNF, over the string's text): every string it admits is
