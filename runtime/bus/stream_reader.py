@@ -130,6 +130,7 @@ def stream_missing(exc: BaseException) -> bool:
 
 def describe(exc: BaseException) -> str:
     """A NATS error in a few words, for a log line."""
-    if isinstance(exc, APIError):
-        return f"{exc.description or type(exc).__name__} (code {exc.code})"
+    if isinstance(exc, APIError):  # nats-py's KeyValue errors are made without these fields
+        what = getattr(exc, "description", None) or type(exc).__name__
+        return f"{what} (code {getattr(exc, 'code', None)})"
     return str(exc) or type(exc).__name__
