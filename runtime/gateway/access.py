@@ -37,6 +37,8 @@ MIN_TOKEN_CHARS = 16
 PUBLIC = frozenset({("GET", "/"), ("HEAD", "/"), ("GET", "/openapi.json"),
                     ("HEAD", "/openapi.json")})
 """What anyone may fetch: the dashboard page (no data in it) and the API's schema."""
+PUBLIC_PREFIX = "/dashboard/"
+"""The page's own scripts and styles, public like the page."""
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods that change nothing, so carry no body to check."""
 LOCAL_NAMES = frozenset({"localhost"})
@@ -131,7 +133,8 @@ class Guard:
             return _refuse(403, f"requests from origin {origin!r} are refused: only pages "
                            f"the gateway serves ({own}) may use it, and origins given with "
                            "--allow-origin")
-        if (method, path) in PUBLIC:
+        if (method, path) in PUBLIC or (method in ("GET", "HEAD")
+                                          and path.startswith(PUBLIC_PREFIX)):
             return None
         if not self.access.holds_token(headers.get("authorization", "")):
             response = _refuse(401, "this gateway needs its token: send `Authorization: "

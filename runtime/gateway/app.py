@@ -65,6 +65,7 @@ def gateway(bus: Bus, access: Access) -> Starlette:
         Route("/runs/{run_id}/plan", decide_on_plan, methods=["POST"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/", dashboard, methods=["GET"]),
+        Route("/dashboard/{name:path}", dashboard_file, methods=["GET"]),
     ])
     app.state.bus = bus
     return app
@@ -180,6 +181,23 @@ DASHBOARD = Path(__file__).with_name("dashboard") / "index.html"
 
 async def dashboard(request: Request) -> Response:
     return HTMLResponse(DASHBOARD.read_text(encoding="utf-8"))
+
+
+DASHBOARD_FILES = {"js": "text/javascript", "css": "text/css"}
+"""What the page loads besides itself, by suffix: its modules and styles, from the package."""
+
+
+async def dashboard_file(request: Request) -> Response:
+    """One of the page's own files (``dashboard/app.js``, ``dashboard/vendor/...``): only
+    files under the dashboard's directory with a known suffix, nothing else on disk."""
+    name = request.path_params["name"]
+    root = DASHBOARD.parent.resolve()
+    path = (root / name).resolve()
+    media = DASHBOARD_FILES.get(path.suffix.lstrip("."))
+    if media is None or not path.is_relative_to(root) or not path.is_file():
+        return _error(404, f"the dashboard has no file {name!r}")
+    return Response(path.read_bytes(), media_type=media,
+                    headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 
 
 async def openapi(request: Request) -> Response:
