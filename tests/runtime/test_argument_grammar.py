@@ -7,6 +7,7 @@ by llama.cpp's own parser where llama-cpp-python and the shipped model are insta
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 from collections.abc import Iterator
@@ -203,6 +204,11 @@ def llama_vocab() -> Iterator[Any]:
     model = llama_cpp.Llama(str(ggufs[0]), vocab_only=True, verbose=False)
     yield llama_cpp.llama_model_get_vocab(model._model.model)
     model.close()
+    # llama-cpp-python opens two /dev/null files at import (llama_cpp/_utils.py) and never
+    # closes them: two ResourceWarnings at the end of the test process otherwise.
+    for name in ("outnull_file", "errnull_file"):
+        with contextlib.suppress(AttributeError):
+            getattr(llama_cpp._utils, name).close()
 
 
 def test_llama_cpp_reads_the_grammars(llama_vocab: Any) -> None:
