@@ -1,7 +1,28 @@
 // The run list and one run's DAG and timeline, live.
 import { $, NoToken, age, api, el, follow, svg } from "./api.js";
 
-let source = null, listTimer = null;
+let source = null, listTimer = null, current = null;
+
+// The events other modules (actions.js) listen to on `document`:
+//   "plancast:list" after the run list renders (detail: {runs}, GET /runs's rows);
+//   "plancast:run" after each applied batch of a run's events, detail {runId, state}:
+//     state.runId, state.goal, state.parent ({run_id, step_id, attempt, depth, role} or null)
+//     state.start / state.end: Unix times (end null while the run goes on)
+//     state.ended: true once event.run.finished or event.run.failed arrived
+//     state.outcome: null, {kind: "finished", answer} or {kind: "failed", stage, reason, cause}
+//     state.steps: Map step id -> {id, role, step (the planned Step as JSON), state
+//       ("pending", "awaiting", "running", "reviewing", "retrying", "done", "failed",
+//       "cancelled"), attempts: [{n, from, to, state, cause, error, output, executor,
+//       childRun}], reviews: [{attempt, from, to, approved, critique}], usage}
+//     state.awaitingPlan: the event.plan.awaiting_approval waiting for a decision, or null
+//     state.awaitingGates: Map step id -> the event.step.awaiting_approval waiting, if any
+//     state.events: every event applied, in seq order, each once
+// selectStep(stepId) opens that step's panel and scrolls it into view.
+export function selectStep(stepId) {
+  if (!current) return;
+  current.selected = Number(stepId); render(current);
+  $("detail-title").scrollIntoView({ block: "start" });
+}
 
 async function showList() {
   $("list-view").hidden = false; $("run-view").hidden = true; $("title").textContent = "runs";
@@ -20,15 +41,21 @@ async function showList() {
       title: "estimated in part: the model server reported no usage for some calls" }
       : { textContent: r.tokens }),
     el("td", { textContent: age(r.age) }))));
+  document.dispatchEvent(new CustomEvent("plancast:list", { detail: { runs } }));
   listTimer = setTimeout(showList, 5000);
 }
 
 function showRun(runId) {
   $("list-view").hidden = true; $("run-view").hidden = false; $("title").textContent = runId;
-  const run = { steps: new Map(), replans: [], start: null, end: null, selected: null };
+  const run = { runId, steps: new Map(), replans: [], start: null, end: null, selected: null,
+    ended: false, outcome: null, awaitingPlan: null, awaitingGates: new Map(), events: [] };
+  current = run;
   source = new AbortController();
-  follow(runId, (data) => { apply(run, JSON.parse(data)); render(run); return run.end !== null; },
-    source.signal);
+  follow(runId, (data) => {
+    const e = JSON.parse(data); run.events.push(e); apply(run, e); render(run);
+    document.dispatchEvent(new CustomEvent("plancast:run", { detail: { runId, state: run } }));
+    return run.end !== null;
+  }, source.signal);
   $("failed-only").onchange = () => render(run);
   setInterval(() => { if (!run.end) render(run); }, 1000);  // running bars grow
 }
