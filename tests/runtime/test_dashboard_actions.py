@@ -132,10 +132,17 @@ async def _room(nats_url: str, prefix: str, tmp_path: Path, scenario: Scenario,
                 await browser.close()
 
 
-def _plan_review(nats_url: str, prefix: str, tmp_path: Path,
+def _plan_review(nats_url: str, prefix: str, tmp_path: Path, *first: Rule,
                  **changes: Any) -> Any:
-    return _room(nats_url, prefix, tmp_path, Scenario(rules=PLAN_REVIEW.RULES),
+    """The plan review example's team and model (``first``: rules before its own)."""
+    return _room(nats_url, prefix, tmp_path, Scenario(rules=[*first, *PLAN_REVIEW.RULES]),
                  lambda url: _team(PLAN_REVIEW, url, **changes))
+
+
+CANARY_REPLAN = Rule(role="planner", contains="A new plan is needed",
+                     lines=[PLAN_REVIEW.step(3, "build"),
+                            PLAN_REVIEW.step(4, "deploy $3 to canary", 3)])
+"""A replan after a step failed: new steps (new ids), to canary."""
 
 
 async def test_a_plan_held_for_approval_is_approved_from_the_page_and_runs(
@@ -182,7 +189,7 @@ async def test_an_edited_plan_is_refused_inline_then_a_valid_edit_runs(
         disabled = await page.evaluate("""() => {
             const button = document.querySelector('[data-act="edit-plan"]');
             button.click();
-            return button.disabled;
+            return button.matches(":disabled");
         }""")
         assert disabled is True
         await page.wait_for_function(
@@ -238,14 +245,16 @@ async def test_a_step_rejected_at_its_gate_fails_into_a_replan_approved_from_the
     """The plan review example's team with every ``ops`` step held at a gate: the first
     plan's step 1 is rejected from the page, fails, and the run replans from the reason; each
     step of the new plan is approved from the page, and the run answers."""
-    async with _plan_review(nats_url, prefix, tmp_path, ops={"approval": True}) as room:
+    async with _plan_review(nats_url, prefix, tmp_path, CANARY_REPLAN,
+                            ops={"approval": True}) as room:
         run_id = await room.submit({"goal": "ship it", "max_replans": 1})
         await room.open(run_id)
         page = room.page
         gate = await page.wait_for_selector('#actions section.gate[data-step="1"]')
         await page.screenshot(path=tmp_path / "actions-step-gate.png", full_page=True)
         await (await gate.wait_for_selector('[data-act="reject-step"]')).click()
-        await gate.fill("input.reason", "never production; deploy to canary first")
+        await (await gate.wait_for_selector("input.reason")).fill(
+            "never production; deploy to canary first")
         await (await gate.wait_for_selector('[data-act="reject-step-confirm"]')).click()
         await gate.wait_for_element_state("hidden")  # gone: the step failed
         # The new round's steps, each approved at its gate as it comes.
@@ -263,7 +272,7 @@ async def test_a_step_rejected_at_its_gate_fails_into_a_replan_approved_from_the
         events = await room.events(run_id)
     declined = [e for e in events if isinstance(e, StepFailed) and e.cause == "declined"]
     assert len(declined) == 1 and f"rejected by {room.user}" in declined[0].error
-    assert [e.round for e in events if isinstance(e, ReplanStarted)] == [2]
+    assert len([e for e in events if isinstance(e, ReplanStarted)]) == 1
     assert [room.user in e.by for e in events if isinstance(e, StepApproved)] == [True] * 2
     assert len(approved) == 2
     outputs = [e.output for e in events if isinstance(e, StepFinished)]
@@ -271,8 +280,8 @@ async def test_a_step_rejected_at_its_gate_fails_into_a_replan_approved_from_the
     assert isinstance(events[-1], RunFinished)
 
 
-SLEEPS = [plan_line(1, tool="sleep", args={"seconds": 120}),
-          plan_line(2, tool="sleep", args={"seconds": 120}),
+SLEEPS = [plan_line(1, tool="sleep", args={"seconds": 60}),
+          plan_line(2, tool="sleep", args={"seconds": 60}),
           echo(3, "after $1 and $2", depends_on=[1, 2])]
 """Two steps that run until they are stopped, and one after them."""
 
@@ -306,7 +315,7 @@ async def test_a_cancelled_run_ends_with_every_step_ended(
 async def test_a_replan_asked_for_from_the_page_plans_again(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    rules = [Rule(role="planner", contains="the quick way", lines=[echo(1, "quick")]),
+    rules = [Rule(role="planner", contains="the quick way", lines=[echo(4, "quick")]),
              Rule(role="planner", lines=SLEEPS), finish("done the quick way")]
     async with _room(nats_url, prefix, tmp_path, Scenario(rules=rules), make_team) as room:
         run_id = await room.submit({"goal": "sleep on it", "max_replans": 1})
@@ -422,6 +431,7 @@ async def test_a_form_posted_from_another_origin_is_refused_and_starts_no_run(
             await hostile.screenshot(path=tmp_path / "actions-cross-site-refused.png")
         finally:
             elsewhere.shutdown()
+            elsewhere.server_close()
             thread.join(timeout=10)
         async with room.served.client() as client:
             assert (await client.get("/runs")).json() == []

@@ -20,7 +20,9 @@ const STYLE = `
     margin: .6em 0; }
   #actions .gate { border-left-color: #f0b050; }
   #actions .reason-form { display: inline-flex; gap: .4em; margin-left: .4em; }
-  #actions .reason-form input, #actions .reason-form { min-width: 20em; }
+  #actions .reason-form[hidden] { display: none; }
+  #actions .reason-form input { min-width: 20em; }
+  #actions .deadline { color: #555; font-size: .9em; }
   .action-error { color: #b02a2a; white-space: pre-wrap; margin: .4em 0; }
   .action-error:empty, .action-note:empty { display: none; }
   #actions pre.gated-work:empty { display: none; }
@@ -163,10 +165,14 @@ let shown = null;  // the run whose actions are on the page
 
 /** What a run's events leave awaiting, updated one event at a time. */
 class Awaiting {
-  constructor() { this.plan = null; this.gates = new Map(); this.ended = false; }
+  constructor() {
+    this.plan = null; this.gates = new Map(); this.ended = false;
+    this.steps = new Map();  // step id -> the step as planned (a replan's steps take new ids)
+  }
 
   apply(e) {
     switch (e.type) {
+      case "event.step.planned": this.steps.set(e.step.id, e.step); break;
       case "event.plan.awaiting_approval": this.plan = e; break;
       case "event.plan.approved": case "event.plan.rejected": this.plan = null; break;
       case "event.step.awaiting_approval": this.gates.set(e.step_id, e); break;
@@ -270,7 +276,7 @@ class Shown {
     }
     if (plan.digest === this.digest) return;
     this.digest = plan.digest;
-    const proposed = JSON.stringify(plan.steps, null, 2);
+    const proposed = JSON.stringify(plan.steps.map(brief), null, 2);
     const editor = el("textarea", { className: "plan-steps", value: proposed,
       spellcheck: false, rows: Math.min(30, proposed.split("\n").length + 1),
       ariaLabel: "the plan's steps as JSON" });
@@ -290,7 +296,8 @@ class Shown {
         (answer && typeof answer.outcome === "string" ? `: ${answer.outcome}` : "");
       return true;
     };
-    const parts = [el("h3", { textContent: `Plan round ${plan.round} awaits approval` })];
+    const parts = [el("h3", { textContent: plan.round > 0
+      ? `The plan of replan ${plan.round} awaits approval` : "The plan awaits approval" })];
     if (plan.reviewer === "auto") {
       editor.readOnly = true;
       parts.push(el("p", { textContent: "The critic reviews this plan (review mode auto)." }),
@@ -314,7 +321,8 @@ class Shown {
       const reject = this.reasonButton("reject-plan", "Reject",
         "why: the planner's model reads it",
         (reason) => decide({ approved: false, reason }));
-      parts.push(el("p", { textContent: deadline(plan.deadline) }), editor, error,
+      parts.push(el("p", { className: "deadline", textContent: deadline(plan.deadline) }),
+        editor, error,
         el("div", {}, approve, edit, reject));
     }
     this.planSlot.replaceChildren(el("section", { className: "plan-review",
@@ -343,18 +351,25 @@ class Shown {
     return el("section", { className: "gate", dataset: { key, step: gate.step_id } },
       el("h3", { textContent: `Step ${gate.step_id} (${gate.role ?? "?"}${attempt}) ` +
         "waits for approval" }),
-      el("p", { textContent: `${gate.reason ?? ""} ${deadline(gate.deadline)}`.trim() }),
-      el("pre", { className: "gated-work", textContent: work(this.state, gate.step_id) }),
+      el("p", { textContent: `Why: ${gate.reason ?? ""}` }),
+      el("pre", { className: "gated-work",
+        textContent: work(this.awaiting.steps.get(gate.step_id)) }),
+      el("p", { className: "deadline", textContent: deadline(gate.deadline) }),
       el("div", {}, approve, reject));
   }
 }
 
 /** What a step will do, as its plan says: the tool call, or the instruction. */
-function work(state, stepId) {
-  const step = state?.steps?.get?.(stepId)?.step;
+function work(step) {
   if (!step) return "";
   if (step.tool) return `${step.tool} ${JSON.stringify(step.args ?? {})}`;
   return step.instruction ?? "";
+}
+
+/** A planned step without the fields left at their defaults, to read and edit. */
+function brief(step) {
+  return Object.fromEntries(Object.entries(step).filter(([, v]) => v !== null && v !== ""
+    && v !== false && !(Array.isArray(v) && v.length === 0)));
 }
 
 function deadline(at) {
