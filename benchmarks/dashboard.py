@@ -173,7 +173,7 @@ def measure(browser: Any, shape: str, steps: int, rate: float) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="100,1000", help="sizes, comma-separated")
-    parser.add_argument("--rate", type=float, default=2000, help="live events per second")
+    parser.add_argument("--rate", type=float, default=500, help="live events per second")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     try:

@@ -378,6 +378,8 @@ async def test_a_hierarchical_run_is_a_tree_walked_parent_to_child_and_back(
             await page.wait_for_selector(back)
             await page.wait_for_selector("#outcome.finished", timeout=60_000)
             assert await page.query_selector(".tl-overlay .replan")  # the desk replanned
+            assert await page.query_selector(  # after the replan's step, past the failed one
+                '.phase-row[data-phase="synthesis"] .seg.synthesis')
             await page.screenshot(path=tmp_path / "hierarchy-child.png", full_page=True)
             await page.click(back)
             await page.wait_for_selector('#detail-title:text("step 1")')

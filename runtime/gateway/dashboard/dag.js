@@ -7,7 +7,13 @@ import { svg } from "./api.js";
 import dagre from "./vendor/dagre.esm.js";
 
 const NODE = { width: 200, height: 34 };
+const GAP = { rank: 70, node: 12, margin: 8 };
 const LAYOUT_EVERY = 400;
+/** Steps above which the plan is laid out by `quickLayout` instead: dagre's ordering of
+ * the layers grows much faster than the plan (on this machine, a 1,000-step plan of 20
+ * layers took it 20 s; benchmarks/dashboard.py), and nobody follows edges one by one on
+ * such a plan anyway. */
+const DAGRE_UP_TO = 250;
 
 export class Dag {
   constructor(root, onSelect) {
@@ -36,25 +42,16 @@ export class Dag {
 
   layout(run) {
     this.structure = run.structure; this.laidOutAt = performance.now();
-    const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 70, edgesep: 8, marginx: 8, marginy: 8 });
-    g.setDefaultEdgeLabel(() => ({}));
-    for (const s of run.steps.values()) g.setNode(String(s.id), { ...NODE });
-    for (const s of run.steps.values()) for (const d of s.deps) {
-      if (run.steps.has(d)) g.setEdge(String(d), String(s.id));
-    }
-    dagre.layout(g);
-    const { width, height } = g.graph();
+    const { width, height, at, edges: lines } = run.steps.size <= DAGRE_UP_TO
+      ? dagreLayout(run) : quickLayout(run);
     const root = this.root;
     root.setAttribute("width", Math.max(width, 10)); root.setAttribute("height", Math.max(height, 10));
-    const edges = g.edges().map(({ v, w }) => {
-      const points = g.edge(v, w).points;
-      const d = `M ${points.map((p) => `${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" L ")}`;
-      return svg("path", { class: "edge", d, "data-from": v, "data-to": w });
-    });
+    const edges = lines.map(({ from, to, points }) => svg("path", { class: "edge",
+      d: `M ${points.map((p) => `${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" L ")}`,
+      "data-from": from, "data-to": to }));
     this.nodes.clear();
     const nodes = [...run.steps.values()].map((s) => {
-      const p = g.node(String(s.id));
+      const p = at(s.id);
       const node = svg("g", { class: "node", "data-step": s.id,
         transform: `translate(${p.x - NODE.width / 2} ${p.y - NODE.height / 2})` });
       node.rect = svg("rect", { width: NODE.width, height: NODE.height, rx: 4 });
@@ -88,4 +85,55 @@ export class Dag {
     const node = this.nodes.get(id);
     if (node) this.paint(node, run.steps.get(id));
   }
+}
+
+/** dagre's layout: layers ordered to avoid crossings, edges routed between the nodes. */
+function dagreLayout(run) {
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: "LR", nodesep: GAP.node, ranksep: GAP.rank, edgesep: 8,
+    marginx: GAP.margin, marginy: GAP.margin });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const s of run.steps.values()) g.setNode(String(s.id), { ...NODE });
+  for (const s of run.steps.values()) for (const d of s.deps) {
+    if (run.steps.has(d)) g.setEdge(String(d), String(s.id));
+  }
+  dagre.layout(g);
+  const { width, height } = g.graph();
+  return { width, height, at: (id) => g.node(String(id)),
+    edges: g.edges().map(({ v, w }) => ({ from: v, to: w, points: g.edge(v, w).points })) };
+}
+
+/** A large plan's layout in one pass: a step's layer is its longest chain of
+ * dependencies; each layer is ordered by where its steps' dependencies sit (their mean
+ * place in the layers before), which keeps most edges short and apart. */
+function quickLayout(run) {
+  const layer = new Map(), place = new Map(), layers = [];
+  for (const s of run.steps.values()) {  // steps are planned after their dependencies
+    const l = Math.max(0, ...s.deps.filter((d) => layer.has(d)).map((d) => layer.get(d) + 1));
+    layer.set(s.id, l);
+    (layers[l] ??= []).push(s);
+  }
+  for (const members of layers) {
+    const key = (s) => {
+      const known = s.deps.filter((d) => place.has(d));
+      return known.length ? known.reduce((sum, d) => sum + place.get(d), 0) / known.length
+        : -1;
+    };
+    const keys = new Map(members.map((s) => [s.id, key(s)]));
+    members.sort((a, b) => keys.get(a.id) - keys.get(b.id) || a.id - b.id);
+    members.forEach((s, i) => place.set(s.id, i));
+  }
+  const at = (id) => ({ x: GAP.margin + layer.get(id) * (NODE.width + GAP.rank) + NODE.width / 2,
+    y: GAP.margin + place.get(id) * (NODE.height + GAP.node) + NODE.height / 2 });
+  const edges = [];
+  for (const s of run.steps.values()) for (const d of s.deps) {
+    if (!layer.has(d)) continue;
+    const a = at(d), b = at(s.id);
+    edges.push({ from: String(d), to: String(s.id), points: [
+      { x: a.x + NODE.width / 2, y: a.y }, { x: b.x - NODE.width / 2 - GAP.rank / 3, y: b.y },
+      { x: b.x - NODE.width / 2, y: b.y }] });
+  }
+  return { at, edges, width: 2 * GAP.margin + layers.length * (NODE.width + GAP.rank),
+    height: 2 * GAP.margin + Math.max(1, ...layers.map((m) => m.length))
+      * (NODE.height + GAP.node) };
 }

@@ -222,9 +222,15 @@ function closePlanReviews(run, t, approved) {
   run.awaitingPlan = null;
 }
 
+/** Steps still to settle, or settling. */
+const LIVE = new Set(["pending", "awaiting", "running", "reviewing", "retrying"]);
+
+/** The synthesis starts when a step finishes and none is left to run (steps given up
+ * before a replan stay failed; the replan's steps are those that count then). */
 function startSynthesisIfDone(run, t) {
-  const all = [...run.steps.values()];
-  if (all.length && all.every((s) => s.state === "done")) run.synthesis = { from: t, to: null };
+  if (![...run.steps.values()].some((s) => LIVE.has(s.state))) {
+    run.synthesis = { from: t, to: null };
+  }
 }
 
 /** The run ended: everything still open closes at its end, with the run's cause (a
@@ -248,6 +254,10 @@ function end(run, e) {
     if (!["done", "failed", "pending"].includes(s.state)) s.state = stopped;
   }
   run.awaitingGates.clear();
+  if (!run.synthesis && e.type === "event.run.finished") {  // steps of an abandoned round
+    const ends = [...run.steps.values()].flatMap((s) => s.attempts.map((a) => a.to ?? t));
+    run.synthesis = { from: Math.max(run.start ?? t, ...ends), to: null };
+  }
   if (run.synthesis && run.synthesis.to === null) {
     run.synthesis.to = t; run.synthesis.failed = e.type !== "event.run.finished";
   }

@@ -3,7 +3,7 @@
 // sub-team runs, its tokens and cost, and its events. All as text.
 import { api, el } from "./api.js";
 import { isCut } from "./model.js";
-import { attemptTitle, fmt } from "./timeline.js";
+import { fmt } from "./timeline.js";
 
 export function usageText(u) {
   if (!u || !u.calls) return "";
@@ -47,13 +47,16 @@ export function renderPanel(root, run, s) {
     outputBody.push(whole);
   }
   const attempts = el("table", { className: "attempts" }, el("tr", {},
-    ...["attempt", "from", "took", "outcome", "cause"].map((h) => el("th", { textContent: h }))),
-  ...s.attempts.map((a) => el("tr", { dataset: { attempt: a.n, state: a.state } },
-    el("td", { textContent: String(a.n) }), el("td", { textContent: since(a.from) }),
+    ...["attempt", "on", "from", "took", "outcome"].map((h) => el("th", { textContent: h }))),
+  ...s.attempts.flatMap((a) => [el("tr", { dataset: { attempt: a.n, state: a.state } },
+    el("td", { textContent: String(a.n) }), el("td", { textContent: a.executor || "—" }),
+    el("td", { textContent: since(a.from) }),
     el("td", { textContent: a.to === null ? "…" : a.to - a.from < 1
       ? `${Math.round((a.to - a.from) * 1000)}ms` : fmt(a.to - a.from) }),
-    el("td", { textContent: a.state, className: `state ${a.state}` }),
-    el("td", { className: "cause", textContent: attemptTitle(a).replace(/^attempt \d+: /, "") }))));
+    el("td", { textContent: a.state, className: `state ${a.state}` })),
+  ...(a.cause || a.error ? [el("tr", { className: "cause-row" }, el("td", {}),
+    el("td", { colSpan: 4, className: "cause", textContent:
+      [a.cause, a.error].filter(Boolean).join(": ") }))] : [])]));
   const reviews = s.reviews.map((r) => el("p", { className: "review", textContent:
     `attempt ${r.attempt}: ${r.approved === null ? "under review" : r.approved ? "approved"
       : "rejected"}${r.critique ? ` — ${r.critique}` : ""}` }));

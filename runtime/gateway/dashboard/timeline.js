@@ -107,8 +107,11 @@ export class Timeline {
 
   drawAxis() {
     const step = tickStep(this.span), ticks = [];
-    for (let t = 0; t <= this.span + 1e-9; t += step) {
-      ticks.push(el("span", { className: "tick", textContent: fmt(t),
+    const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    for (let n = 0; n * step <= this.span + 1e-9; n += 1) {
+      const t = n * step;
+      ticks.push(el("span", { className: "tick", textContent: t < 60 || step < 1
+        ? `${+t.toFixed(decimals)}s` : fmt(t),
         style: `left: ${(100 * t) / this.span}%` }));
     }
     this.axis.replaceChildren(...ticks);
