@@ -166,6 +166,7 @@ def measure(browser: Any, shape: str, steps: int, rate: float) -> dict[str, Any]
             "frames": perf["frames"],
             "per_event_ms": round(per_event, 3),
             "longest_frame_ms": round(perf["maxFrameMs"], 1),
+            "longest_frame": perf["slowest"],
         }
     return figures
 

@@ -19,7 +19,7 @@ let view = null, listTimer = null;
 /** What drawing cost, measured in the page (benchmarks/dashboard.py reads it): first paint
  * is the first frame with the plan drawn, in ms since the page's navigation began. */
 export const perf = { events: 0, duplicates: 0, applyMs: 0, frames: 0, renderMs: 0,
-  maxFrameMs: 0, firstPaint: null, endPaint: null, connections: 0, drops: 0 };
+  maxFrameMs: 0, slowest: null, firstPaint: null, endPaint: null, connections: 0, drops: 0 };
 
 export const currentRun = () => view?.run ?? null;
 
@@ -140,7 +140,11 @@ function draw() {
       .add("selected");
   }
   const took = performance.now() - t0;
-  perf.frames += 1; perf.renderMs += took; perf.maxFrameMs = Math.max(perf.maxFrameMs, took);
+  perf.frames += 1; perf.renderMs += took;
+  if (took > perf.maxFrameMs) {
+    perf.maxFrameMs = took;
+    perf.slowest = { steps: run.steps.size, changed: dirty.size, ended: run.ended };
+  }
   if (perf.firstPaint === null && run.steps.size) perf.firstPaint = performance.now();
   if (run.ended && perf.endPaint === null) perf.endPaint = performance.now();
   document.dispatchEvent(new CustomEvent("plancast:run",
