@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import secrets
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -108,18 +109,24 @@ class Room:
 @asynccontextmanager
 async def _room(nats_url: str, prefix: str, tmp_path: Path, scenario: Scenario,
                 team: Any) -> AsyncIterator[Room]:
-    """``team(base_url)`` deployed on the scripted model, ``plancast serve``, a page."""
+    """``team(base_url)`` deployed on the scripted model, ``plancast serve`` for two users
+    (a users file), a page signed in as the first, alice."""
+    tokens = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
+    users = tmp_path / "gateway.users"
+    users.write_text("".join(f"{name} {token}\n" for name, token in tokens.items()))
+    users.chmod(0o600)
     async with open_scripted_model_server(scenario) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
         async with open_deployment(settings, team(model.base_url),
                                    builtin_tools(plugins=False)) as bus, \
-                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                serving_gateway(nats_url, prefix, tmp_path, "--users", str(users),
+                                PLANCAST_GATEWAY_TOKEN=tokens["alice"]) as served, \
                 playwright.async_playwright() as p:
             async with served.client() as client:
                 me = await client.get("/me")
             assert me.status_code == 200, me.text
             user = me.json()["user"]
-            assert user
+            assert user == "alice"
             browser = await _launch(p)
             try:
                 page = await browser.new_page()
