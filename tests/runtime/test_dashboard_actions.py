@@ -260,8 +260,20 @@ async def test_a_step_rejected_at_its_gate_fails_into_a_replan_approved_from_the
         gate = await page.wait_for_selector('#actions section.gate[data-step="1"]')
         await page.screenshot(path=tmp_path / "actions-step-gate.png", full_page=True)
         await (await gate.wait_for_selector('[data-act="reject-step"]')).click()
-        await (await gate.wait_for_selector("input.reason")).fill(
-            "never production; deploy to canary first")
+        reason = await gate.wait_for_selector("input.reason")
+        await reason.type("never production")
+        # The page draws the run again (as after each batch of its events): the reason being
+        # typed keeps its text and its focus.
+        kept = await page.evaluate("""async () => {
+            const { currentRun } = await import("/dashboard/app.js");
+            const run = currentRun();
+            const input = document.querySelector("section.gate input.reason");
+            document.dispatchEvent(new CustomEvent("plancast:run",
+                { detail: { runId: run.runId, state: run } }));
+            return document.activeElement === input && input.value;
+        }""")
+        assert kept == "never production"
+        await reason.type("; deploy to canary first")
         await (await gate.wait_for_selector('[data-act="reject-step-confirm"]')).click()
         await gate.wait_for_element_state("hidden")  # gone: the step failed
         # The new round's steps, each approved at its gate as it comes.
@@ -356,6 +368,12 @@ async def test_goals_and_saved_plans_are_submitted_from_the_run_list(
         page = room.page
         await room.open()
         await page.wait_for_selector("#submit-form")
+        # A goal of blanks passes the form but not the gateway: its reason, inline, as text.
+        await page.fill('textarea[name="goal"]', "   ")
+        await page.click('#submit-form button[type="submit"]')
+        await page.wait_for_function(
+            "() => /goal/.test(document.querySelector('#submit-error').textContent)")
+        assert "#" not in page.url
         await page.wait_for_selector('select[name="saved_plan"] option[value="capacity"]',
                                      state="attached")
         await page.select_option('select[name="saved_plan"]', "capacity")

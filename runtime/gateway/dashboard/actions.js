@@ -329,14 +329,18 @@ class Shown {
       dataset: { round: plan.round, digest: plan.digest } }, ...parts));
   }
 
-  /** Each step held at its gate, a section each (kept while the same announcement of the
-   * same attempt waits: a replan's step of the same number is another). */
+  /** Each step held at its gate, a section each, added and removed as gates open and close
+   * and otherwise left alone (a reason being typed keeps its focus). A replan's step of the
+   * same number, held again, is another gate (another announcement). */
   showGates(waiting) {
-    const keep = new Map([...this.gateSlot.children].map((s) => [s.dataset.key, s]));
-    this.gateSlot.replaceChildren(...waiting.map((gate) => {
-      const key = `${gate.step_id}/${gate.attempt}/${gate.seq ?? gate.deadline ?? ""}`;
-      return keep.get(key) ?? this.gate(gate, key);
-    }));
+    const wanted = new Map(waiting.map((g) => [`${g.step_id}/${g.attempt}/${g.seq}`, g]));
+    for (const section of [...this.gateSlot.children]) {
+      if (!wanted.has(section.dataset.key)) section.remove();
+    }
+    const present = new Set([...this.gateSlot.children].map((s) => s.dataset.key));
+    for (const [key, gate] of wanted) {
+      if (!present.has(key)) this.gateSlot.append(this.gate(gate, key));
+    }
   }
 
   gate(gate, key) {
