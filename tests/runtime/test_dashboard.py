@@ -41,9 +41,11 @@ pytestmark = [
 ]
 
 HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
+LONG = "x" * 5000
 PLAN = [echo(1, HOSTILE), plan_line(2, tool="sleep", args={"seconds": 3}),
-        plan_line(3, tool="math", args={"expression": "1/0"}, depends_on=[2])]
-"""Step 1's output is markup; step 2 runs for a while; then step 3 fails, twice."""
+        plan_line(3, tool="math", args={"expression": "1/0"}, depends_on=[2]), echo(4, LONG)]
+"""Step 1's output is markup; step 2 runs for a while; then step 3 fails, twice; step 4's
+output is too long for its event."""
 SEQS = "import('/dashboard/app.js').then((m) => m.currentRun().events.map((e) => e.seq))"
 PERF = "import('/dashboard/app.js').then((m) => ({...m.perf}))"
 
@@ -77,6 +79,13 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             # Live: step 2 is drawn running before the run ends.
             await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await page.screenshot(path=tmp_path / "dashboard-live.png", full_page=True)
+            # While step 2's bar grows, step 1's finished bar stays where it is.
+            done, running = (f'.row[data-step="{n}"] .seg[data-attempt="1"]' for n in (1, 2))
+            placed, was = (await page.get_attribute(done, "style"),
+                           await page.get_attribute(running, "style"))
+            await page.wait_for_function("([bar, was]) => document.querySelector(bar)"
+                                         ".getAttribute('style') !== was", arg=[running, was])
+            assert await page.get_attribute(done, "style") == placed
             await reloaded.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await reloaded.reload()
             await dropped.wait_for_selector('.row[data-step="2"][data-state="running"]')
@@ -88,7 +97,8 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             late = await browser.new_page()
             await late.goto(f"{url}/?token={served.token}#{accepted.run_id}")
             await late.wait_for_selector("#outcome.failed")
-            assert await _states(late) == live == {"1": "done", "2": "done", "3": "failed"}
+            assert await _states(late) == live == {"1": "done", "2": "done", "3": "failed",
+                                                   "4": "done"}
             assert (await late.text_content("#outcome") or "").startswith("failed (")
             # Every page ends with the same events, each once.
             for other in (reloaded, dropped):
@@ -129,7 +139,12 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             assert await late.query_selector("#panel img") is None
             assert await late.query_selector("#timeline img, #dag img") is None
             assert await late.title() == "plancast"
-            assert len(await late.query_selector_all("#dag g.node")) == 3
+            assert len(await late.query_selector_all("#dag g.node")) == 4
+            # A long output: its event's part, and a button fetching it whole.
+            await late.click('.row[data-step="4"]')
+            await late.wait_for_selector('#detail-title:text("step 4")')
+            assert (await late.text_content("#detail") or "").endswith("x…")
+            assert await late.query_selector("#panel button.whole-output")
             await late.screenshot(path=tmp_path / "dashboard-late.png", full_page=True)
             # The run list links to the run.
             listing = await browser.new_page()
@@ -161,6 +176,9 @@ async def test_a_cancelled_run_shows_no_step_running(
                 playwright.async_playwright() as p:
             browser = await _launch(p)
             page = await browser.new_page()
+            await page.goto(f"{served.url}/?token={served.token}")  # nothing has run yet
+            await page.wait_for_selector("#empty:not([hidden])")
+            assert "plancast run" in (await page.text_content("#empty") or "")
             accepted = await submit(bus, RunRequest(goal="wait", max_replans=0))
             await page.goto(f"{served.url}/?token={served.token}#{accepted.run_id}")
             await page.wait_for_selector('.row[data-step="1"][data-state="running"]')
