@@ -10,6 +10,7 @@ Screenshots stay in each test's temporary directory."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from collections.abc import AsyncIterator
@@ -165,13 +166,15 @@ async def test_the_dashboard_shows_a_run_live_and_late(
 async def test_a_cancelled_run_shows_no_step_running(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    """The run is cancelled while its step sleeps: the step's bar ends, "cancelled"."""
+    """The run is cancelled while its step sleeps: the step's bar ends, "cancelled". Its
+    model has prices, so its cost shows."""
     rules = [Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 60})]),
              finish("never")]
     async with open_scripted_model_server(Scenario(rules=rules)) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
-        async with open_deployment(settings, make_team(model.base_url),
-                                   builtin_tools(plugins=False)) as bus, \
+        priced = make_team(model.base_url, model={"prompt_price_per_mtok": 3.0,
+                                                  "completion_price_per_mtok": 15.0})
+        async with open_deployment(settings, priced, builtin_tools(plugins=False)) as bus, \
                 serving_gateway(nats_url, prefix, tmp_path) as served, \
                 playwright.async_playwright() as p:
             browser = await _launch(p)
@@ -191,6 +194,8 @@ async def test_a_cancelled_run_shows_no_step_running(
             assert segment is not None
             assert await segment.get_attribute("data-state") == "cancelled"
             assert "cancelled" in (await segment.get_attribute("title") or "")
+            # The planner's call had a price: the run's cost shows (none without prices).
+            assert re.search(r"\$0\.\d{4}", await page.text_content("#usage") or "")
             await page.screenshot(path=tmp_path / "dashboard-cancelled.png", full_page=True)
             await browser.close()
 
