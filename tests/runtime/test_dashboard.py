@@ -23,7 +23,7 @@ import anyio.abc
 import pytest
 
 from protocols import RunFailed, RunRequest
-from runtime.client import cancel, follow, submit
+from runtime.client import cancel, decide_plan, follow, submit
 from runtime.config import Settings, team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
@@ -197,6 +197,38 @@ async def test_a_cancelled_run_shows_no_step_running(
             # The planner's call had a price: the run's cost shows (none without prices).
             assert re.search(r"\$0\.\d{4}", await page.text_content("#usage") or "")
             await page.screenshot(path=tmp_path / "dashboard-cancelled.png", full_page=True)
+            await browser.close()
+
+
+async def test_a_plan_held_for_approval_has_its_own_row(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The plan waits for a person: its wait is a segment of the plan-review row, open
+    until the decision, then closed with who decided; the page's run model says it waits."""
+    rules = [Rule(role="planner", lines=[echo(1, "hi")]), finish("ok")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        async with open_deployment(settings, make_team(model.base_url),
+                                   builtin_tools(plugins=False)) as bus, \
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                playwright.async_playwright() as p:
+            browser = await _launch(p)
+            page = await browser.new_page()
+            accepted = await submit(bus, RunRequest(goal="hold it", review_plan="human"))
+            await page.goto(f"{served.url}/?token={served.token}#{accepted.run_id}")
+            held = '.phase-row[data-phase="plan-review"] .seg.awaiting'
+            await page.wait_for_selector(held)
+            assert await page.text_content("#outcome") == "the plan awaits approval"
+            assert await page.evaluate(
+                "import('/dashboard/app.js').then((m) => m.currentRun().awaitingPlan.round)") == 0
+            await decide_plan(bus, accepted.run_id, approved=True, by="ada")
+            await page.wait_for_selector("#outcome.finished")
+            assert "approved by ada" in (await page.get_attribute(held, "title") or "")
+            planning = await page.eval_on_selector(  # the planner's bar ends where the wait begins
+                '.phase-row[data-phase="planner"] .seg', "(e) => e.getBoundingClientRect().right")
+            waiting = await page.eval_on_selector(held, "(e) => e.getBoundingClientRect().left")
+            assert planning <= waiting + 1
+            await page.screenshot(path=tmp_path / "dashboard-plan-review.png", full_page=True)
             await browser.close()
 
 
