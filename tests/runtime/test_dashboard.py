@@ -2,11 +2,11 @@
 run goes, correct when opened after it ended or reloaded halfway, the failed-only filter, a
 step's panel on click, and text from the run shown as text, never run as markup. The
 timeline has a time axis, a legend for every colour, planner and synthesis rows, and every
-attempt and critic review as its own segment with its cause; a cancelled run shows nothing
-running. Runs of the fan-out example (its team and scripted model, submitted through the
-gateway) show the whole DAG to the answer, laid out so that the edges into different steps
-stay apart; the hierarchy example's runs are a tree one walks parent → child → parent.
-Screenshots stay in each test's temporary directory."""
+attempt, critic review and wait for a person as its own segment with its cause; a
+cancelled run shows nothing running. Runs of the fan-out example (its team and scripted
+model, submitted through the gateway) show the whole DAG to the answer, laid out so that
+the edges into different steps stay apart; the hierarchy example's runs are a tree one
+walks parent → child → parent. Screenshots stay in each test's temporary directory."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import anyio.abc
 import pytest
 
 from protocols import RunFailed, RunRequest
-from runtime.client import cancel, decide_plan, follow, submit
+from runtime.client import cancel, decide_plan, decide_step, follow, submit
 from runtime.config import Settings, team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
@@ -200,16 +200,20 @@ async def test_a_cancelled_run_shows_no_step_running(
             await browser.close()
 
 
-async def test_a_plan_held_for_approval_has_its_own_row(
+async def test_waits_for_a_person_are_segments_of_their_own(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
     """The plan waits for a person: its wait is a segment of the plan-review row, open
-    until the decision, then closed with who decided; the page's run model says it waits."""
-    rules = [Rule(role="planner", lines=[echo(1, "hi")]), finish("ok")]
+    until the decision, then closed with who decided; the page's run model says it waits.
+    So does step 2's wait at its role's approval gate, in its own row."""
+    rules = [Rule(role="planner", lines=[echo(1, "hi"), echo(2, "later", role="gated")]),
+             finish("ok")]
     async with open_scripted_model_server(Scenario(rules=rules)) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
-        async with open_deployment(settings, make_team(model.base_url),
-                                   builtin_tools(plugins=False)) as bus, \
+        team = make_team(model.base_url, roles={"gated": {
+            "description": "needs a person", "tools": ["echo"], "tool_steps_only": True,
+            "approval": True}})
+        async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus, \
                 serving_gateway(nats_url, prefix, tmp_path) as served, \
                 playwright.async_playwright() as p:
             browser = await _launch(p)
@@ -222,7 +226,13 @@ async def test_a_plan_held_for_approval_has_its_own_row(
             assert await page.evaluate(
                 "import('/dashboard/app.js').then((m) => m.currentRun().awaitingPlan.round)") == 0
             await decide_plan(bus, accepted.run_id, approved=True, by="ada")
+            gate = '.row[data-step="2"] .seg.awaiting'
+            await page.wait_for_selector('.row[data-step="2"][data-state="awaiting"] .seg.awaiting')
+            assert await page.evaluate("import('/dashboard/app.js').then((m) => "
+                                       "[...m.currentRun().awaitingGates.keys()])") == [2]
+            await decide_step(bus, accepted.run_id, 2, approved=True, by="bob")
             await page.wait_for_selector("#outcome.finished")
+            assert "approved by bob" in (await page.get_attribute(gate, "title") or "")
             assert "approved by ada" in (await page.get_attribute(held, "title") or "")
             planning = await page.eval_on_selector(  # the planner's bar ends where the wait begins
                 '.phase-row[data-phase="planner"] .seg', "(e) => e.getBoundingClientRect().right")
