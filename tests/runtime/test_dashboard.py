@@ -2,14 +2,15 @@
 run goes, correct when opened after it ended or reloaded halfway, the failed-only filter, a
 step's panel on click, and text from the run shown as text, never run as markup. The
 timeline has a time axis, a legend for every colour, planner and synthesis rows, and every
-attempt and critic review as its own segment with its cause; a cancelled run shows nothing
-running. Runs of the fan-out example (its team and scripted model, submitted through the
-gateway) show the whole DAG to the answer, laid out so that the edges into different steps
-stay apart; the hierarchy example's runs are a tree one walks parent → child → parent.
-Screenshots stay in each test's temporary directory."""
+attempt, critic review and wait for a person as its own segment with its cause; a
+cancelled run shows nothing running. Runs of the fan-out example (its team and scripted
+model, submitted through the gateway) show the whole DAG to the answer, laid out so that
+the edges into different steps stay apart; the hierarchy example's runs are a tree one
+walks parent → child → parent. Screenshots stay in each test's temporary directory."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ import anyio.abc
 import pytest
 
 from protocols import RunFailed, RunRequest
-from runtime.client import cancel, follow, submit
+from runtime.client import cancel, decide_plan, decide_step, follow, submit
 from runtime.config import Settings, team_from_dict
 from runtime.testing import Rule, Scenario, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
@@ -41,9 +42,11 @@ pytestmark = [
 ]
 
 HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
+LONG = "x" * 5000
 PLAN = [echo(1, HOSTILE), plan_line(2, tool="sleep", args={"seconds": 3}),
-        plan_line(3, tool="math", args={"expression": "1/0"}, depends_on=[2])]
-"""Step 1's output is markup; step 2 runs for a while; then step 3 fails, twice."""
+        plan_line(3, tool="math", args={"expression": "1/0"}, depends_on=[2]), echo(4, LONG)]
+"""Step 1's output is markup; step 2 runs for a while; then step 3 fails, twice; step 4's
+output is too long for its event."""
 SEQS = "import('/dashboard/app.js').then((m) => m.currentRun().events.map((e) => e.seq))"
 PERF = "import('/dashboard/app.js').then((m) => ({...m.perf}))"
 
@@ -77,6 +80,13 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             # Live: step 2 is drawn running before the run ends.
             await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await page.screenshot(path=tmp_path / "dashboard-live.png", full_page=True)
+            # While step 2's bar grows, step 1's finished bar stays where it is.
+            done, running = (f'.row[data-step="{n}"] .seg[data-attempt="1"]' for n in (1, 2))
+            placed, was = (await page.get_attribute(done, "style"),
+                           await page.get_attribute(running, "style"))
+            await page.wait_for_function("([bar, was]) => document.querySelector(bar)"
+                                         ".getAttribute('style') !== was", arg=[running, was])
+            assert await page.get_attribute(done, "style") == placed
             await reloaded.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await reloaded.reload()
             await dropped.wait_for_selector('.row[data-step="2"][data-state="running"]')
@@ -88,7 +98,8 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             late = await browser.new_page()
             await late.goto(f"{url}/?token={served.token}#{accepted.run_id}")
             await late.wait_for_selector("#outcome.failed")
-            assert await _states(late) == live == {"1": "done", "2": "done", "3": "failed"}
+            assert await _states(late) == live == {"1": "done", "2": "done", "3": "failed",
+                                                   "4": "done"}
             assert (await late.text_content("#outcome") or "").startswith("failed (")
             # Every page ends with the same events, each once.
             for other in (reloaded, dropped):
@@ -129,7 +140,12 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             assert await late.query_selector("#panel img") is None
             assert await late.query_selector("#timeline img, #dag img") is None
             assert await late.title() == "plancast"
-            assert len(await late.query_selector_all("#dag g.node")) == 3
+            assert len(await late.query_selector_all("#dag g.node")) == 4
+            # A long output: its event's part, and a button fetching it whole.
+            await late.click('.row[data-step="4"]')
+            await late.wait_for_selector('#detail-title:text("step 4")')
+            assert (await late.text_content("#detail") or "").endswith("x…")
+            assert await late.query_selector("#panel button.whole-output")
             await late.screenshot(path=tmp_path / "dashboard-late.png", full_page=True)
             # The run list links to the run.
             listing = await browser.new_page()
@@ -150,17 +166,22 @@ async def test_the_dashboard_shows_a_run_live_and_late(
 async def test_a_cancelled_run_shows_no_step_running(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    """The run is cancelled while its step sleeps: the step's bar ends, "cancelled"."""
+    """The run is cancelled while its step sleeps: the step's bar ends, "cancelled". Its
+    model has prices, so its cost shows."""
     rules = [Rule(role="planner", lines=[plan_line(1, tool="sleep", args={"seconds": 60})]),
              finish("never")]
     async with open_scripted_model_server(Scenario(rules=rules)) as model:
         settings = Settings(nats_url=nats_url, prefix=prefix)
-        async with open_deployment(settings, make_team(model.base_url),
-                                   builtin_tools(plugins=False)) as bus, \
+        priced = make_team(model.base_url, model={"prompt_price_per_mtok": 3.0,
+                                                  "completion_price_per_mtok": 15.0})
+        async with open_deployment(settings, priced, builtin_tools(plugins=False)) as bus, \
                 serving_gateway(nats_url, prefix, tmp_path) as served, \
                 playwright.async_playwright() as p:
             browser = await _launch(p)
             page = await browser.new_page()
+            await page.goto(f"{served.url}/?token={served.token}")  # nothing has run yet
+            await page.wait_for_selector("#empty:not([hidden])")
+            assert "plancast run" in (await page.text_content("#empty") or "")
             accepted = await submit(bus, RunRequest(goal="wait", max_replans=0))
             await page.goto(f"{served.url}/?token={served.token}#{accepted.run_id}")
             await page.wait_for_selector('.row[data-step="1"][data-state="running"]')
@@ -173,7 +194,51 @@ async def test_a_cancelled_run_shows_no_step_running(
             assert segment is not None
             assert await segment.get_attribute("data-state") == "cancelled"
             assert "cancelled" in (await segment.get_attribute("title") or "")
+            # The planner's call had a price: the run's cost shows (none without prices).
+            assert re.search(r"\$0\.\d{4}", await page.text_content("#usage") or "")
             await page.screenshot(path=tmp_path / "dashboard-cancelled.png", full_page=True)
+            await browser.close()
+
+
+async def test_waits_for_a_person_are_segments_of_their_own(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The plan waits for a person: its wait is a segment of the plan-review row, open
+    until the decision, then closed with who decided; the page's run model says it waits.
+    So does step 2's wait at its role's approval gate, in its own row."""
+    rules = [Rule(role="planner", lines=[echo(1, "hi"), echo(2, "later", role="gated")]),
+             finish("ok")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        team = make_team(model.base_url, roles={"gated": {
+            "description": "needs a person", "tools": ["echo"], "tool_steps_only": True,
+            "approval": True}})
+        async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus, \
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                playwright.async_playwright() as p:
+            browser = await _launch(p)
+            page = await browser.new_page()
+            accepted = await submit(bus, RunRequest(goal="hold it", review_plan="human"))
+            await page.goto(f"{served.url}/?token={served.token}#{accepted.run_id}")
+            held = '.phase-row[data-phase="plan-review"] .seg.awaiting'
+            await page.wait_for_selector(held)
+            assert await page.text_content("#outcome") == "the plan awaits approval"
+            assert await page.evaluate(
+                "import('/dashboard/app.js').then((m) => m.currentRun().awaitingPlan.round)") == 0
+            await decide_plan(bus, accepted.run_id, approved=True, by="ada")
+            gate = '.row[data-step="2"] .seg.awaiting'
+            await page.wait_for_selector('.row[data-step="2"][data-state="awaiting"] .seg.awaiting')
+            assert await page.evaluate("import('/dashboard/app.js').then((m) => "
+                                       "[...m.currentRun().awaitingGates.keys()])") == [2]
+            await decide_step(bus, accepted.run_id, 2, approved=True, by="bob")
+            await page.wait_for_selector("#outcome.finished")
+            assert "approved by bob" in (await page.get_attribute(gate, "title") or "")
+            assert "approved by ada" in (await page.get_attribute(held, "title") or "")
+            planning = await page.eval_on_selector(  # the planner's bar ends where the wait begins
+                '.phase-row[data-phase="planner"] .seg', "(e) => e.getBoundingClientRect().right")
+            waiting = await page.eval_on_selector(held, "(e) => e.getBoundingClientRect().left")
+            assert planning <= waiting + 1
+            await page.screenshot(path=tmp_path / "dashboard-plan-review.png", full_page=True)
             await browser.close()
 
 

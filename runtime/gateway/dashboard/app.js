@@ -99,7 +99,7 @@ function showRun(runId, stepId) {
   const onSelect = (id) => selectStep(id);
   view = { run, source, selected: null, dirty: new Set(), frame: 0, pendingSelect: stepId,
     dag: new Dag($("dag"), onSelect), timeline: new Timeline($("timeline"), onSelect) };
-  $("panel").hidden = true;
+  $("panel").hidden = true; $("connection").hidden = true;
   $("failed-only").checked = false;
   $("failed-only").onchange = () => {
     view.timeline.setFilter($("failed-only").checked); schedule();

@@ -83,8 +83,8 @@ export function apply(run, e) {
       break;
     }
     case "event.plan.finished": {
-      const r = run.rounds.find((x) => x.round === e.round && x.to === null) ?? run.rounds.at(-1);
-      if (r) { r.to = t; r.steps = e.steps; }
+      const r = run.rounds.findLast((x) => x.round === e.round) ?? run.rounds.at(-1);
+      if (r) { r.to ??= t; r.steps = e.steps; }
       break;
     }
     case "event.step.planned": {
@@ -101,11 +101,14 @@ export function apply(run, e) {
       run.structure += 1;
       return [s.id];
     }
-    case "event.plan.awaiting_approval":
+    case "event.plan.awaiting_approval": {
+      const r = run.rounds.findLast((x) => x.round === e.round);
+      if (r && r.to === null) { r.to = t; r.steps = e.steps.length; }  // written: it waits
       run.planReviews.push({ round: e.round, from: t, to: null, reviewer: e.reviewer,
         digest: e.digest, decision: null });
       run.awaitingPlan = e;
       break;
+    }
     case "event.plan.approved": {
       const r = run.planReviews.findLast((x) => x.to === null);
       if (r) { r.to = t; r.decision = { approved: true, by: e.by, edited: e.edited }; }

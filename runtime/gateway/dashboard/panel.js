@@ -10,7 +10,8 @@ export function usageText(u) {
   const tokens = u.prompt_tokens + u.completion_tokens;
   return `${u.calls} model call${u.calls === 1 ? "" : "s"}, ${u.estimated ? "~" : ""}${tokens} ` +
     `tokens (${u.prompt_tokens} in, ${u.completion_tokens} out)` +
-    (u.cost_usd > 0 ? `, $${u.cost_usd.toFixed(4)}` : "");  // cost only where prices are set
+    (u.cost_usd > 0 ? `, $${u.cost_usd >= 0.01 ? u.cost_usd.toFixed(2)  // cost only where
+      : u.cost_usd.toPrecision(2)}` : "");  // prices are set, and never read $0.0000
 }
 
 const section = (title, ...body) => el("section", {}, el("h3", { textContent: title }), ...body);
