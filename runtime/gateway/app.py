@@ -46,7 +46,7 @@ from protocols import (
     encode,
 )
 
-from ..bus import Bus, ObjectRefused
+from ..bus import TRANSIENT, Bus, ObjectRefused
 from ..client import (
     Answer,
     NothingAwaitsApproval,
@@ -379,6 +379,11 @@ async def output_of_step(request: Request) -> Response:
         output = await step_output(bus, run_id, step_id)
     except ObjectRefused as exc:
         return _error(502, f"the output of step {step_id} cannot be fetched: {exc}")
+    except TRANSIENT as exc:  # a server that does not let this user read it answers nothing
+        return _error(504, f"the output of step {step_id} did not come from the object "
+                           f"store ({type(exc).__name__}): try again; if it never comes, "
+                           "the gateway's NATS user may not read state.* objects (run "
+                           "`plancast auth init` again)")
     if output is None:
         return _error(404, f"step {step_id} of run {run_id} has no output (yet)")
     return Response(output, media_type="text/plain; charset=utf-8", headers={

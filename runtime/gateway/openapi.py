@@ -150,7 +150,8 @@ OPENAPI: dict[str, Any] = {
                 "200": {"description": "the output",
                         "content": {"text/plain": {"schema": {"type": "string"}}}},
                 "404": _error("no such run, or the step has no output (yet)"),
-                "502": _error("the output kept in the object store cannot be fetched")}}},
+                "502": _error("the output kept in the object store cannot be fetched"),
+                "504": _error("the object store did not answer in time")}}},
         "/runs/{run_id}/cancel": {"post": {
             "summary": "Cancel a run (recorded as the user's); it ends with "
                        "event.run.failed, cause cancelled",
