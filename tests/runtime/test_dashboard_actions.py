@@ -27,6 +27,7 @@ import pytest
 from protocols import (
     OutcomeRefused,
     PlanApproved,
+    PlanRejected,
     ReplanStarted,
     RunEvent,
     RunFailed,
@@ -242,6 +243,9 @@ async def test_a_rejected_plan_is_planned_again_from_the_reason(
         await page.wait_for_selector(ENDED)
         assert await page.text_content("#outcome") == "answer: deployed"
         events = await room.events(run_id)
+    rejected = [e for e in events if isinstance(e, PlanRejected)]
+    assert len(rejected) == 1 and f"rejected by {room.user}" in rejected[0].error
+    assert "never production" in rejected[0].error
     assert [room.user in e.by for e in events if isinstance(e, PlanApproved)] == [True]
     assert isinstance(events[-1], RunFinished)
 
@@ -315,6 +319,12 @@ async def test_a_cancelled_run_ends_with_every_step_ended(
         page = room.page
         await page.wait_for_selector('.row[data-step="1"][data-state="running"]')
         await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
+        # No replans allowed: asking for one is refused, and the page says why, inline.
+        await page.click('[data-act="replan"]')
+        await page.fill('input[name="replan-reason"]', "try again")
+        await page.click('[data-act="replan-confirm"]')
+        await page.wait_for_function("""() => /no replans left/.test(
+            document.querySelector("#actions .action-error").textContent)""")
         await page.click('[data-act="cancel"]')
         await page.fill('input[name="cancel-reason"]', "not needed any more")
         await page.screenshot(path=tmp_path / "actions-cancel.png", full_page=True)
