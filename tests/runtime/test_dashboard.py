@@ -200,6 +200,36 @@ async def test_a_cancelled_run_shows_no_step_running(
             await browser.close()
 
 
+async def test_a_step_failing_once_then_succeeding_shows_both_attempts(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The writer's model fails its first call: attempt 1 ends "retried" with the error,
+    attempt 2 "done", each its own segment, both in the step's panel."""
+    rules = [Rule(role="planner", lines=[plan_line(1, role="writer", instruction="A word.")]),
+             Rule(role="writer", error=500, error_message="model overloaded", times=1),
+             Rule(role="writer", text="word"), finish("ok")]
+    async with open_scripted_model_server(Scenario(rules=rules)) as model:
+        settings = Settings(nats_url=nats_url, prefix=prefix)
+        team = make_team(model.base_url, roles={"writer": {"description": "writes",
+                                                           "model": "scripted"}})
+        async with open_deployment(settings, team, builtin_tools(plugins=False)) as bus, \
+                serving_gateway(nats_url, prefix, tmp_path) as served, \
+                playwright.async_playwright() as p:
+            browser = await _launch(p)
+            page = await browser.new_page()
+            accepted = await submit(bus, RunRequest(goal="a word"))
+            await page.goto(f"{served.url}/?token={served.token}#{accepted.run_id}")
+            await page.wait_for_selector("#outcome.finished", timeout=60_000)
+            segments = await page.query_selector_all('.row[data-step="1"] .seg[data-attempt]')
+            assert [await a.get_attribute("data-state") for a in segments] == ["retried", "done"]
+            assert "model overloaded" in (await segments[0].get_attribute("title") or "")
+            await page.click('.row[data-step="1"]')
+            assert [await c.text_content() for c in await page.query_selector_all(
+                "#panel table.attempts td.state")] == ["retried", "done"]
+            await page.screenshot(path=tmp_path / "dashboard-retried.png", full_page=True)
+            await browser.close()
+
+
 async def test_waits_for_a_person_are_segments_of_their_own(
     nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
