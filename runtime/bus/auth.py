@@ -133,8 +133,9 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
                          "rename those roles in the team file")
     users: dict[str, Grant] = {ADMIN: Grant([">"], [">"], responses=True, provisions=True)}
     followers = [*_consumers(n.events), *_reads(n.events), *_objects(n, "event.*")]
+    # Readers of the run state read the long step outputs it points to (``state.*``).
     readers = [*(f"$JS.API.STREAM.INFO.{s}" for s in n.streams), *followers,
-               *_consumers(n.kv), *_reads(n.kv)]
+               *_consumers(n.kv), *_reads(n.kv), *_objects(n, "state.*")]
     for role in team.roles.values():
         inbox = [f"_INBOX_{role.name}.>"]
         if role.kind == "planner":

@@ -7,6 +7,7 @@ the first Ctrl-C in ``run`` cancels the run, in ``watch`` it only stops watching
 from __future__ import annotations
 
 import enum
+import secrets
 import signal
 import socket
 import sys
@@ -56,7 +57,7 @@ from .options import (
 )
 from .render import render_runs
 from .served import DEFAULT_TEAM, ServedTeam, check_same_team, given_team
-from .terminal import console, print_error, setup_logging
+from .terminal import console, err_console, print_error, setup_logging
 from .view import RunView
 
 
@@ -66,14 +67,17 @@ async def _run_and_show(bus: Bus, request: RunRequest, as_json: bool) -> int:
     return await _show(bus, accepted.run_id, as_json, cancels=True)
 
 
-async def _show(bus: Bus, run_id: str, as_json: bool, *, cancels: bool) -> int:
+async def _show(bus: Bus, run_id: str, as_json: bool, *, cancels: bool,
+                interrupts: bool = True) -> int:
     """Follow the events to the end, print the outcome; 0 if the run finished.
 
     With ``cancels``, the first Ctrl-C cancels the run and waits (up to CANCEL_WAIT) for
-    it to end, a second stops waiting; without, Ctrl-C stops watching."""
+    it to end, a second stops waiting; without, Ctrl-C stops watching. Without
+    ``interrupts``, Ctrl-C is the caller's."""
     view = RunView(run_id)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_interrupt, bus, run_id, tg.cancel_scope, cancels)
+        if interrupts:
+            tg.start_soon(_on_interrupt, bus, run_id, tg.cancel_scope, cancels)
         if as_json:  # the run's events and its sub-team runs', each with its run id
             async def write(rid: str, event: RunEvent) -> None:
                 view.apply_tree(rid, event)
@@ -132,6 +136,12 @@ def demo(
     as_json: JsonOpt = False,
     time_scale: Annotated[float, typer.Option(min=0.0,
                                               help="Multiply the scripted latencies.")] = 1.0,
+    serve: Annotated[bool, typer.Option(
+        "--serve", help="Also serve the dashboard (on 127.0.0.1) and print its address, "
+                        "opening the demo's run; keep serving after the run until Ctrl-C.")
+    ] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535,
+                                      help="With --serve: the port (0: a free one).")] = 0,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run a whole team offline: embedded NATS, a SCRIPTED model, live progress.
@@ -162,9 +172,47 @@ def demo(
                                   markup=False)
                 async with open_deployment(settings, demo_team(model.base_url),
                                            builtin_tools(sandbox=sandbox)) as bus:
+                    if serve:
+                        return await _serve_demo(bus, RunRequest(goal=DEMO_GOAL), as_json,
+                                                port=port, verbose=verbose)
                     return await _run_and_show(bus, RunRequest(goal=DEMO_GOAL), as_json)
 
     run_async(main, verbose=verbose)
+
+
+async def _serve_demo(bus: Bus, request: RunRequest, as_json: bool, *, port: int,
+                      verbose: bool) -> int:
+    """``plancast demo --serve``: the gateway and its dashboard on 127.0.0.1, with a token
+    made for this demo; the run shown here and there, then the dashboard served until
+    Ctrl-C or SIGTERM, which end it all cleanly (the run's code then, 130 if it had not
+    ended)."""
+    try:
+        from ..gateway import Access, gateway_user, serving
+    except ImportError as exc:
+        print_error(f"plancast demo --serve needs the serve extra ({exc.name} is missing): "
+                    "pip install 'plancast[serve]'")
+        return 2
+    token = secrets.token_urlsafe(32)  # this demo's only: its deployment goes with it
+    access = Access.of({gateway_user(): token}, bound="127.0.0.1")
+    code: int | None = None
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with serving(bus, access, host="127.0.0.1", port=port, verbose=verbose) as bound, \
+                anyio.create_task_group() as tg:
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(stop_on_signal)
+            accepted = await submit(bus, request)
+            url = f"http://127.0.0.1:{bound}/?token={token}#{accepted.run_id}"
+            err_console.print(f"dashboard of the demo's run: {url}", markup=False,
+                              highlight=False, soft_wrap=True)
+            code = await _show(bus, accepted.run_id, as_json, cancels=False, interrupts=False)
+            err_console.print(f"the run has ended; the dashboard is still at {url} (Ctrl-C "
+                              "to stop)", markup=False, highlight=False, soft_wrap=True)
+            await anyio.sleep_forever()
+    return 130 if code is None else code
 
 
 class ReviewMode(enum.Enum):

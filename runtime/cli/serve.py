@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,15 +27,30 @@ def serve(
     allow_host: Annotated[list[str] | None, typer.Option(
         help="A host name the gateway answers to besides localhost, IP addresses and "
              "--host, e.g. the machine's name (repeatable).")] = None,
+    users: Annotated[Path | None, typer.Option(
+        envvar="PLANCAST_GATEWAY_USERS",
+        help="A file (mode 0600) with a `name token` line per person: each signs in with "
+             "their own token and their decisions are recorded under their name. Default: "
+             "one token, for the user running serve.")] = None,
     *,
     connection: Connection,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Serve the HTTP gateway: submit runs, list them, stream their events (SSE).
+    """Serve the HTTP gateway and dashboard: submit runs, follow them (SSE), decide on
+    them, cancel them.
 
-    Every request but the dashboard page needs the token it prints at start."""
+    Every request but the dashboard page needs the token it prints at start (or a user's
+    own, with --users)."""
     try:
-        from ..gateway import TOKEN_FILE, Access, GatewayAccessError, gateway_token, serve_http
+        from ..gateway import (
+            TOKEN_FILE,
+            Access,
+            GatewayAccessError,
+            gateway_token,
+            gateway_user,
+            read_users,
+            serve_http,
+        )
     except ImportError as exc:
         print_error(f"plancast serve needs the serve extra ({exc.name} is missing): "
                     "pip install 'plancast[serve]'")
@@ -42,8 +58,12 @@ def serve(
     command = begin(connection, verbose, "serve", service=True)
     settings = command.settings
     try:
-        token = gateway_token(settings.data_dir, settings.gateway_token)
-        access = Access.of(token, bound=host, origins=allow_origin or (),
+        if users is None:
+            token = gateway_token(settings.data_dir, settings.gateway_token)
+            people = {gateway_user(): token}
+        else:
+            token, people = "", read_users(users)
+        access = Access.of(people, bound=host, origins=allow_origin or (),
                            hosts=allow_host or ())
     except (GatewayAccessError, OSError) as exc:
         print_error(f"plancast serve: {exc}")
@@ -54,11 +74,17 @@ def serve(
         base = f"http://{_url_host(host)}:{port}"
         kept = ("from PLANCAST_GATEWAY_TOKEN" if settings.gateway_token
                 else f"kept in {settings.data_dir / TOKEN_FILE}")
+        if token:
+            who = (f"dashboard: {base}/?token={token}\n"
+                   f"API clients send `Authorization: Bearer <token>` (the token {kept}); "
+                   f"decisions are recorded as {next(iter(people))}'s")
+        else:
+            who = (f"dashboard: {base}/?token=<your token>\n"
+                   f"users from {users}: {', '.join(people)}; each sends their own token "
+                   "(`Authorization: Bearer <token>`)")
         err_console.print(
             f"gateway for {settings.nats_url} (prefix {settings.prefix}) on {base}; "
-            f"OpenAPI at /openapi.json\n"
-            f"dashboard: {base}/?token={token}\n"
-            f"API clients send `Authorization: Bearer <token>` (the token {kept})",
+            f"OpenAPI at /openapi.json\n{who}",
             markup=False, highlight=False, soft_wrap=True)
         if not _loopback(host):
             err_console.print(

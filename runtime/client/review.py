@@ -10,7 +10,10 @@ use these functions.
 
 from __future__ import annotations
 
+import anyio
+
 from protocols import (
+    OutcomeRefused,
     PlanApproved,
     PlanAwaitingApproval,
     PlanDecision,
@@ -29,7 +32,7 @@ from protocols import (
 
 from ..bus import Bus, nuid
 from .errors import NothingAwaitsApproval
-from .runs import events_so_far
+from .runs import events_so_far, follow
 
 
 def awaiting_plan(events: list[RunEvent]) -> PlanAwaitingApproval | None:
@@ -94,3 +97,32 @@ async def decide_plan(bus: Bus, run_id: str, *, approved: bool, steps: list[Step
                      steps=steps, reason=reason, by=by),
         msg_id=f"{run_id}/plan/{plan.round}/{plan.digest}/{nuid()}")
     return plan
+
+
+Answer = PlanApproved | PlanRejected | StepApproved | StepFailed | OutcomeRefused | RunFinished \
+    | RunFailed
+"""What the run says of a decision: taken (approved, rejected; a rejected step fails),
+refused (``event.outcome.refused``, with the reason), or the run ended first."""
+
+
+async def decision_answer(bus: Bus, run_id: str, *, after: int, step_id: int | None,
+                          by: str, wait: float) -> Answer | None:
+    """The run's answer to the decision ``by`` made on its plan (``step_id`` None) or on a
+    step's gate, among its events numbered above ``after``; None if none came within
+    ``wait`` seconds (the decision is stored: the run may still take it)."""
+    kind = "plan.decision" if step_id is None else "step.decision"
+    with anyio.move_on_after(wait):
+        async for event in follow(bus, run_id):
+            if event.seq <= after:
+                continue
+            match event:
+                case OutcomeRefused() if event.kind == kind and event.sender == by \
+                        and event.step_id == step_id:
+                    return event
+                case PlanApproved() | PlanRejected() if step_id is None:
+                    return event
+                case StepApproved() | StepFailed() if event.step_id == step_id:
+                    return event
+                case RunFinished() | RunFailed():
+                    return event
+    return None

@@ -19,6 +19,7 @@ import msgspec
 from protocols import (
     TERMINAL_EVENTS,
     ActorError,
+    ReplanRequest,
     RunAccepted,
     RunCancel,
     RunEvent,
@@ -29,6 +30,7 @@ from protocols import (
     Verb,
     cancel_id,
     new_run_id,
+    nonce,
     readable_events,
     stored_events,
     stream_name,
@@ -144,6 +146,15 @@ async def cancel(bus: Bus, run_id: str, reason: str = "", *, source: str = "") -
     await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
                               RunCancel(run_id=run_id, reason=reason, source=source),
                               msg_id=cancel_id(run_id))
+
+
+async def request_replan(bus: Bus, run_id: str, reason: str, *, source: str) -> None:
+    """Ask the run's planner for a new plan round now (``run.replan`` as the ``client``):
+    the steps still running are dropped, the planner's model plans again told ``reason``,
+    and ``event.replan`` names ``source``. A run with no replans left fails instead."""
+    await bus.publish_durable(bus.subject(Verb.RESULT, run_id, "client"),
+                              ReplanRequest(run_id=run_id, reason=reason, source=source),
+                              msg_id=f"{run_id}/replan/{nonce()}")
 
 
 async def follow(

@@ -16,6 +16,7 @@ import msgspec
 from protocols import (
     UNREADABLE,
     Heartbeat,
+    ParentStep,
     RunId,
     RunRecord,
     StepRecord,
@@ -89,6 +90,8 @@ class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
     tokens_estimated: bool = False
     """Some of ``tokens`` are an estimate made here: the model server reported no usage for
     some call (a stream without usage, a plan cut off)."""
+    parent: ParentStep | None = None
+    """For a sub-team's run: the parent run's step it answers (a list can nest it there)."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,6 +148,39 @@ async def read_run(bus: Bus, run_id: str) -> RunRecord | None:
     return record
 
 
+class ChildRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A sub-team's run started by one of a run's steps."""
+
+    run_id: str
+    """The child run."""
+    step_id: int
+    """The parent's step it answers."""
+    attempt: int
+    """That step's attempt (each attempt starts a run of its own)."""
+    status: str
+    """``active``, ``finished`` or ``failed``."""
+
+
+async def child_runs(bus: Bus, run_id: str) -> list[ChildRun]:
+    """The runs the run's steps started (hierarchical teams), by step and attempt, read
+    from the run-state bucket: each names its parent in its request."""
+    try:
+        kv = await bus.js.key_value(runs_bucket(bus.prefix))
+    except (BucketNotFoundError, NotFoundError):
+        return []
+    children = []
+    for entry in (await current_values(kv, "runs.*")).values():
+        try:
+            record: RunRecord = decode(entry.value, RunRecord)
+        except UNREADABLE:
+            continue
+        parent = record.request.parent
+        if parent is not None and parent.run_id == run_id:
+            children.append(ChildRun(run_id=record.run_id, step_id=parent.step_id,
+                                     attempt=parent.attempt, status=record.status))
+    return sorted(children, key=lambda c: (c.step_id, c.attempt, c.run_id))
+
+
 async def collect_runs(bus: Bus, *, now: float | None = None, active_only: bool = True,
                        limit: int | None = None) -> list[RunStatus]:
     """The runs in the run-state bucket (none if the bucket does not exist yet): the active
@@ -187,6 +223,7 @@ def run_status(record: RunRecord, now: float, done: set[int]) -> RunStatus:
         age=now - (record.started_at or record.updated_at or now),
         tokens=record.usage.prompt_tokens + record.usage.completion_tokens,
         tokens_estimated=record.usage.estimated,
+        parent=record.request.parent,
     )
 
 

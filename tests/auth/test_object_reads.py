@@ -34,7 +34,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import offloaded, open_bus
-from runtime.client import follow, submit
+from runtime.client import follow, step_output, submit
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 from runtime.tools import FunctionTool, ToolRegistry, builtin_tools
 
@@ -206,3 +206,23 @@ async def test_a_role_may_not_list_streams_keys_or_write_other_roles_objects(
             tasks = "synthesis" if user == "synthesizer" else f"step.{user}"
             assert await asker.answered(
                 f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.{tasks}.k.0")
+
+
+async def test_a_client_reads_a_long_step_output_the_run_state_points_to(
+    secured: Secured
+) -> None:
+    """The run state a client reads points long outputs to the object store (``state.*``):
+    the client (the gateway's user) may fetch them whole, as ``GET
+    /runs/{id}/steps/{step_id}/output`` does; an executor may not."""
+    async with secured.serving(["planner", "worker", "synthesizer"], big_tools()), \
+            open_bus(secured.settings("client")) as client:
+        accepted = await submit(client, RunRequest(goal="big data"))
+        with anyio.fail_after(60):
+            events = [e async for e in follow(client, accepted.run_id)]
+        output = await step_output(client, accepted.run_id, 1)
+    assert isinstance(events[-1], RunFinished), events
+    assert output == "x" * SIZE
+    bucket = objects_bucket(secured.prefix)
+    async with Asker(secured, "other") as other:
+        assert not await other.answered(
+            f"$JS.API.DIRECT.GET.OBJ_{bucket}.$O.{bucket}.C.state.{accepted.run_id}.k.0")

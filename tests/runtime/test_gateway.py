@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -147,16 +148,17 @@ async def test_a_plan_awaiting_approval_is_read_and_approved_over_http(
                     break
             shown = await client.get(f"/runs/{run_id}/plan")
             bad = await client.post(f"/runs/{run_id}/plan", json={"approve": True})
-            decided = await client.post(f"/runs/{run_id}/plan",
-                                        json={"approved": True, "by": "web"})
+            decided = await client.post(f"/runs/{run_id}/plan", json={"approved": True})
             events = [e async for e in follow(bus, run_id)]
             after = await client.get(f"/runs/{run_id}/plan")
             spec = (await client.get("/openapi.json")).json()
     assert shown.status_code == 200 and shown.json()["type"] == "event.plan.awaiting_approval"
     assert [s["id"] for s in shown.json()["steps"]] == [1, 2]
     assert bad.status_code == 422
-    assert decided.status_code == 202 and decided.json()["digest"] == shown.json()["digest"]
-    assert [e.by for e in events if isinstance(e, PlanApproved)] == ["web"]
+    assert decided.status_code == 200 and decided.json()["digest"] == shown.json()["digest"]
+    assert decided.json()["outcome"] == "approved"
+    by = f"{getpass.getuser()} (gateway)"  # the user serving it: its token is theirs
+    assert [e.by for e in events if isinstance(e, PlanApproved)] == [by]
     assert isinstance(events[-1], RunFinished)
     assert after.status_code == 404 and "awaits approval" in after.json()["error"]
     assert "/runs/{run_id}/plan" in spec["paths"]

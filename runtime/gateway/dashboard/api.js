@@ -39,7 +39,8 @@ export async function api(path, { headers = {}, ...options } = {}) {
 
 // A run's Server-Sent Events through fetch: each event's data to onEvent; reconnects after
 // the last event seen (Last-Event-ID) until onEvent returns true (the run ended) or aborted.
-export async function follow(runId, onEvent, signal) {
+// onStatus (if given) hears "connected" on each connection made and "lost" when one breaks.
+export async function follow(runId, onEvent, signal, onStatus = () => {}) {
   let last = "", broken = null;
   const handle = (data) => {
     try { return onEvent(data); } catch (error) { broken = error; throw error; }
@@ -50,11 +51,12 @@ export async function follow(runId, onEvent, signal) {
         { signal, headers: last ? { "Last-Event-ID": last } : {} });
       if (response.status >= 400 && response.status < 500) return;  // asking again won't help
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      onStatus("connected");
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;
+        if (done) { onStatus("lost"); break; }  // cut before the run's end
         buffer = (buffer + value).replaceAll("\r\n", "\n");
         let end;
         while ((end = buffer.indexOf("\n\n")) >= 0) {
@@ -74,6 +76,7 @@ export async function follow(runId, onEvent, signal) {
     } catch (error) {
       if (signal.aborted || error instanceof NoToken) return;
       if (error === broken) throw error;  // the page's fault, not the connection's
+      onStatus("lost");
     }
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }
