@@ -1,7 +1,10 @@
 """The executor: runs the steps of one role, any number of instances sharing the work.
 
 A tool step calls its tool directly with no model call (as LLMCompiler does); an agent
-step runs the role's model with only the tools both the step and the role allow.
+step runs the role's model with only the tools both the step and the role allow. A
+finished step's result is recorded before it is sent and its task acknowledged, and a
+task of an attempt recorded as finished gets that result again, not a second execution
+(``actors.finished``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,18 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
+from actors.finished import FinishedSteps, Recorded
 from actors.outbox import Outbox
-from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
+from protocols import (
+    Message,
+    StepClaimed,
+    StepResult,
+    StepTask,
+    Stream,
+    Verb,
+    encode,
+    object_space,
+)
 from runtime import telemetry
 from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
@@ -68,15 +81,30 @@ class Executor(StepRole):
         super().__init__(ctx, instance=instance)
         self.outbox = Outbox(self.bus)
         """Claims and results of one moment go to their run as one message."""
+        self.finished = FinishedSteps(self.bus, self.name)
+        """The attempts this role finished, each with its result."""
 
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
         if self.too_late(task):
             return
+        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
+        done = await self.finished.lookup(task)
+        if done is not None:  # it ran to its end before: its result again, not its effects
+            log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
+                     "is sent again, the step is not run again", self.name, task.step.id,
+                     task.attempt, task.run_id, done.result.executor)
+        else:
+            result, msg_id = await self._run(task, delivery, results)
+            done = await self._record(task, result, msg_id)
+        await self._send_result(results, done)
+
+    async def _run(self, task: StepTask, delivery: Delivery,
+                   results: str) -> tuple[StepResult, str]:
+        """Execute the step: its result, and the message id it travels under."""
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
                           task=delivery.stream_seq, inputs=task.inputs)
-        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=me, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
@@ -104,13 +132,35 @@ class Executor(StepRole):
         # A result counts only from a claimant: a claim sent earlier is stored by now.
         # The id names the task and its delivery: a stale executor's result must not be
         # mistaken for (and de-duplicate away) the result of another execution.
-        msg_id = f"{ctx.key}/{task.nonce}/result"
+        return result, f"{ctx.key}/{task.nonce}/result"
+
+    async def _record(self, task: StepTask, result: StepResult, msg_id: str) -> Recorded:
+        """Write the finished attempt down before its result goes out and its task is
+        acknowledged (``actors.finished``)."""
         try:
-            await self.outbox.send(results, result, msg_id=msg_id)
+            result = await self._by_reference(task, result)
+            return await self.finished.record(task, result, msg_id)
+        except StorageFull as exc:  # its output is too large to keep: the step fails
+            return await self.finished.record(task, _unstorable(result, exc), msg_id)
+
+    async def _by_reference(self, task: StepTask, result: StepResult) -> StepResult:
+        """An output too large for a message is kept once, in the object store under the
+        results' space (``output_ref``): the record and the result both carry only the
+        reference, so it is not stored twice."""
+        output, most = result.output, self.settings.max_message_bytes
+        if output is None or len(output) < most // 4 - 1024 or len(encode(result)) <= most:
+            return result
+        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
+        ref = await self.bus.put_object(object_space(self.bus.prefix, results),
+                                        output.encode())
+        return msgspec.structs.replace(result, output=None, output_ref=ref)
+
+    async def _send_result(self, results: str, done: Recorded) -> None:
+        try:
+            await self.outbox.send(results, done.result, msg_id=done.msg_id)
         except StorageFull as exc:  # too large to keep: the step fails, saying why
-            failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
-                                             error=f"its output could not be stored: {exc}")
-            await self.bus.publish_durable(results, failed, msg_id=msg_id)
+            await self.bus.publish_durable(results, _unstorable(done.result, exc),
+                                           msg_id=done.msg_id)
 
     async def _outcome(self, task: StepTask, span: telemetry.SpanLike,
                        spent: Spent) -> dict[str, Any]:
@@ -161,6 +211,13 @@ class Executor(StepRole):
             allowed, max_rounds=self.config.max_tool_rounds, span=span, spent=spent,
         )
         return outcome.text
+
+
+def _unstorable(result: StepResult, exc: StorageFull) -> StepResult:
+    """The failure a result becomes when its output cannot be stored."""
+    return msgspec.structs.replace(result, ok=False, output="", output_ref=None,
+                                   retryable=False,
+                                   error=f"its output could not be stored: {exc}")
 
 
 class LateClaim:

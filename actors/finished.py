@@ -1,0 +1,107 @@
+"""The record of an executor role's finished attempts: a result is written down before its
+task is acknowledged, so a task of that attempt that comes again (a redelivery after a lost
+acknowledgement, a takeover's re-send, a second copy of the task) gets the same result
+sent again instead of a second execution of the step's side effects.
+
+One record per attempt, on ``finished.<role>.<run_id>.<step>.<attempt>`` of the finished
+stream, written once (a publish that expects no message on the subject yet): when two
+executions of one attempt race, the first recorded is the attempt's result, and the other
+sends that one. The stream keeps records as long as the runs' events, within the storage
+limit, in the deployment's replicas (``runtime.bus.provisioning``); each role's user may
+write and read only its own role's (``runtime.bus.auth``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio
+
+from protocols import (
+    UNREADABLE,
+    StepResult,
+    StepTask,
+    Stream,
+    Verb,
+    decode,
+    object_space,
+    stream_name,
+)
+from runtime.bus import EXPECT_SEQ, RETRY_CAP, TRANSIENT, Bus, Fenced, NotFoundError
+
+log = logging.getLogger(__name__)
+
+RESULT_ID = "Plancast-Result-Id"
+"""The header of a record naming the message id its result was sent under: sent again
+under the same id, the results stream drops it if the first one is still remembered."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A finished attempt's result and the message id it travels under."""
+
+    result: StepResult
+    msg_id: str
+
+
+class FinishedSteps:
+    """The records of the attempts of one executor role."""
+
+    def __init__(self, bus: Bus, role: str) -> None:
+        self.bus = bus
+        self.role = role
+        self._stream = stream_name(bus.prefix, Stream.FINISHED)
+
+    def subject(self, task: StepTask) -> str:
+        return self.bus.subject(Verb.FINISHED, self.role, task.run_id, str(task.step.id),
+                                str(task.attempt))
+
+    async def lookup(self, task: StepTask) -> Recorded | None:
+        """The attempt's record, if it finished already (retried through failovers for as
+        long as a publish is: not knowing is no reason to run a step twice)."""
+        subject = self.subject(task)
+        delay, deadline = 0.05, anyio.current_time() + self.bus.settings.publish_retry_for
+        while True:
+            try:
+                raw = await self.bus.js.get_msg(self._stream, subject=subject, direct=True)
+                break
+            except NotFoundError:
+                return None
+            except TRANSIENT as exc:
+                if anyio.current_time() + delay > deadline:
+                    raise
+                log.info("reading %s failed (%s); retrying in %.2fs", subject, exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP)
+        return await self._read(task, subject, raw.data or b"", raw.headers or {})
+
+    async def record(self, task: StepTask, result: StepResult, msg_id: str) -> Recorded:
+        """Write the attempt's result down, once: the record that holds (ours, or that of
+        another execution of the attempt that was recorded first)."""
+        subject = self.subject(task)
+        try:
+            await self.bus.publish_durable(subject, result, msg_id=f"{msg_id}/finished",
+                                           headers={EXPECT_SEQ: "0", RESULT_ID: msg_id})
+        except Fenced:  # recorded already: the attempt's result is that one
+            earlier = await self.lookup(task)
+            if earlier is not None:
+                log.info("%s: another execution of this attempt was recorded first: its "
+                         "result is sent", subject)
+                return earlier
+        return Recorded(result, msg_id)
+
+    async def _read(self, task: StepTask, subject: str, data: bytes,
+                    headers: dict[str, str]) -> Recorded | None:
+        try:
+            result = decode(await self.bus.resolve(
+                data, space=object_space(self.bus.prefix, subject)), StepResult)
+        except UNREADABLE as exc:
+            log.warning("%s: unreadable record (%s); the step runs", subject, exc)
+            return None
+        if result.nonce != task.nonce or result.run_id != task.run_id \
+                or result.step_id != task.step.id or result.attempt != task.attempt:
+            log.warning("%s: a record that is not of this task (its nonce or its step "
+                        "differ); the step runs", subject)
+            return None
+        return Recorded(result, headers.get(RESULT_ID) or f"{subject}/result")
