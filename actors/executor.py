@@ -38,7 +38,15 @@ from runtime.agent import Spent, run_agent
 from runtime.bus import Delivery, StorageFull
 from runtime.config import RoleOption
 from runtime.errors import PlancastError, SetupError
-from runtime.tools import StepContext, ToolArgumentsError, UnknownTool, current_step
+from runtime.tools import (
+    StepContext,
+    Tool,
+    ToolArgumentsError,
+    UnknownTool,
+    attempt_key,
+    check_hook,
+    current_step,
+)
 
 from . import prompts
 
@@ -104,7 +112,9 @@ class Executor(StepRole):
         """Execute the step: its result, and the message id it travels under."""
         me = f"{self.name}/{self.instance}"
         ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
-                          task=delivery.stream_seq, inputs=task.inputs)
+                          task=delivery.stream_seq, inputs=task.inputs,
+                          idempotency_key=task.idempotency_key or attempt_key(
+                              task.run_id, task.step.id, task.attempt, task.nonce))
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=me, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
@@ -175,6 +185,10 @@ class Executor(StepRole):
                 raise TimeoutError
         except SetupError:  # a misconfigured model: another attempt or a replan meets it
             raise  # again, so the handler fails and the run ends saying why (Actor base)
+        except OutcomeUnknown as exc:
+            span.fail("outcome_unknown", str(exc))
+            return {"ok": False, "error": str(exc), "retryable": False,
+                    "cause": "outcome_unknown"}
         except PlancastError as exc:
             error = f"{type(exc).__name__}: {exc}"
             span.fail(type(exc).__name__, error)
@@ -184,7 +198,7 @@ class Executor(StepRole):
             error = (f"timed out: the step ran longer than its {task.timeout:g}s timeout "
                      "(raise step_timeout for the role, or timeout on the step)")
             span.fail("timeout", error)
-            return {"ok": False, "retryable": True, "error": error}
+            return {"ok": False, "retryable": True, "error": error, "cause": "timeout"}
         span.content("gen_ai.tool.call.result" if task.step.tool is not None
                       else "gen_ai.output.messages", output)
         return {"ok": True, "output": output}
@@ -199,7 +213,11 @@ class Executor(StepRole):
                 )
             if span.capture:
                 span.content("gen_ai.tool.call.arguments", msgspec.json.encode(step.args).decode())
+            done = await settle_earlier(task, self.tools.get(step.tool))
+            if done is not None:
+                return done
             return await self.tools.run(step.tool, step.args)
+        await settle_earlier(task, None)  # an agent step: no tool to ask
         allowed = self.tools if step.tools is None else self.tools.subset(
             t for t in step.tools if t in self.tools
         )
@@ -218,6 +236,44 @@ def _unstorable(result: StepResult, exc: StorageFull) -> StepResult:
     return msgspec.structs.replace(result, ok=False, output="", output_ref=None,
                                    retryable=False,
                                    error=f"its output could not be stored: {exc}")
+
+
+class OutcomeUnknown(PlancastError):
+    """A ``once`` step an earlier execution may have done, and nobody can check."""
+
+
+def unsettled_keys(task: StepTask, delivery: int) -> list[str]:
+    """Idempotency keys of earlier executions of a ``once`` step that may have acted: those
+    the planner names (interrupted attempts), and this attempt's own when its task is
+    delivered again (its first delivery's executor died or stopped holding it)."""
+    if task.effects != "once":
+        return []
+    own = [task.idempotency_key] if delivery > 1 and task.idempotency_key else []
+    return [*task.check_keys, *own]
+
+
+async def settle_earlier(task: StepTask, tool: Tool | None) -> str | None:
+    """Before a ``once`` step acts again: the output of an earlier execution that its tool
+    says was done, or None if none was (then it runs); OutcomeUnknown if it cannot tell."""
+    ctx = current_step.get()
+    keys = unsettled_keys(task, ctx.delivery if ctx is not None else 1)
+    if not keys:
+        return None
+    check = check_hook(tool) if tool is not None else None
+    if check is None:
+        what = f"tool {tool.name!r} has no check hook" if tool is not None \
+            else "an agent step cannot be checked"
+        raise OutcomeUnknown(
+            f"outcome unknown: an earlier execution of this effects = \"once\" step may "
+            f"have acted (idempotency key {', '.join(keys)}) and {what}; not run again: a "
+            "person must check whether it was done, then replan or rerun the run")
+    for key in keys:
+        output = await check(key)
+        if output is not None:
+            log.info("step %d of run %s: done earlier under key %s (its tool's check)",
+                     task.step.id, task.run_id, key)
+            return output
+    return None
 
 
 class LateClaim:
