@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
-from actors.finished import FinishedSteps, Recorded
+from actors.finished import FinishedSteps, InHand, Recorded
 from actors.outbox import Outbox
 from protocols import (
     Message,
@@ -91,21 +91,37 @@ class Executor(StepRole):
         """Claims and results of one moment go to their run as one message."""
         self.finished = FinishedSteps(self.bus, self.name)
         """The attempts this role finished, each with its result."""
+        self.in_hand = InHand()
+        """The attempts this process runs or records right now."""
 
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
         if self.too_late(task):
             return
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
-        done = await self.finished.lookup(task)
+        done = await self._finished_before(task)
         if done is not None:  # it ran to its end before: its result again, not its effects
             log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
                      "is sent again, the step is not run again", self.name, task.step.id,
                      task.attempt, task.run_id, done.result.executor)
         else:
-            result, msg_id = await self._run(task, delivery, results)
-            done = await self._record(task, result, msg_id)
+            running, done = self.in_hand.start(task), None
+            try:
+                result, msg_id = await self._run(task, delivery, results)
+                done = await self._record(task, result, msg_id)
+            finally:
+                self.in_hand.end(task, running, done)
         await self._send_result(results, done)
+
+    async def _finished_before(self, task: StepTask) -> Recorded | None:
+        """The attempt's record, if it finished (or finishes now in this process: a task
+        delivered again while its first execution here waits to record it)."""
+        running = self.in_hand.running(task)
+        if running is not None:
+            await running.done.wait()
+            if running.recorded is not None:
+                return running.recorded
+        return await self.finished.lookup(task)
 
     async def _run(self, task: StepTask, delivery: Delivery,
                    results: str) -> tuple[StepResult, str]:

@@ -105,3 +105,37 @@ class FinishedSteps:
                         "differ); the step runs", subject)
             return None
         return Recorded(result, headers.get(RESULT_ID) or f"{subject}/result")
+
+
+class InHand:
+    """The executions of one process still running or recording: a task of an attempt this
+    process already runs (delivered again while its record waits out a failover) waits for
+    that execution's record instead of running the step a second time."""
+
+    def __init__(self) -> None:
+        self._running: dict[tuple[str, int, int], _Running] = {}
+
+    def running(self, task: StepTask) -> _Running | None:
+        return self._running.get(_attempt(task))
+
+    def start(self, task: StepTask) -> _Running:
+        running = self._running[_attempt(task)] = _Running()
+        return running
+
+    def end(self, task: StepTask, running: _Running, recorded: Recorded | None) -> None:
+        running.recorded = recorded
+        running.done.set()
+        if self._running.get(_attempt(task)) is running:
+            del self._running[_attempt(task)]
+
+
+class _Running:
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.recorded: Recorded | None = None
+        """Its record, once written (None: it failed before)."""
+
+
+def _attempt(task: StepTask) -> tuple[str, int, int]:
+    return task.run_id, task.step.id, task.attempt
+
