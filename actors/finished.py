@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 import anyio
+import msgspec
 
 from protocols import (
     UNREADABLE,
@@ -77,18 +78,23 @@ class FinishedSteps:
         return await self._read(task, subject, raw.data or b"", raw.headers or {})
 
     async def record(self, task: StepTask, result: StepResult, msg_id: str) -> Recorded:
-        """Write the attempt's result down, once: the record that holds (ours, or that of
-        another execution of the attempt that was recorded first)."""
+        """Write the attempt's result down, once, and return what to send: ours, or, if
+        another execution of the attempt was recorded first, its outcome in our result
+        (sent as ours: the planner counts a result only from the claimant of its delivery,
+        and it may know only ours, after a takeover that lost the other's dispatch)."""
         subject = self.subject(task)
         try:
             await self.bus.publish_durable(subject, result, msg_id=f"{msg_id}/finished",
                                            headers={EXPECT_SEQ: "0", RESULT_ID: msg_id})
-        except Fenced:  # recorded already: the attempt's result is that one
+        except Fenced:  # recorded already: the attempt's outcome is that one
             earlier = await self.lookup(task)
             if earlier is not None:
                 log.info("%s: another execution of this attempt was recorded first: its "
-                         "result is sent", subject)
-                return earlier
+                         "outcome is sent", subject)
+                first = earlier.result
+                result = msgspec.structs.replace(
+                    result, ok=first.ok, output=first.output, output_ref=first.output_ref,
+                    error=first.error, retryable=first.retryable)
         return Recorded(result, msg_id)
 
     async def _read(self, task: StepTask, subject: str, data: bytes,
