@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
-from actors.finished import FinishedSteps, InHand, Recorded
+from actors.finished import Begun, FinishedSteps, InHand, Recorded
 from actors.outbox import Outbox
 from protocols import (
     Message,
@@ -99,41 +99,49 @@ class Executor(StepRole):
         if self.too_late(task):
             return
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
-        done = await self._finished_before(task)
-        if done is not None:  # it ran to its end before: its result again, not its effects
+        ctx = self._context(task, delivery)
+        claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
+                            executor=ctx.executor, delivery=ctx.delivery,
+                            heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
+        begun = await self._begin(task, ctx, claim)
+        if isinstance(begun, Recorded):  # it ran to its end before: its result again
             log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
                      "is sent again, the step is not run again", self.name, task.step.id,
-                     task.attempt, task.run_id, done.result.executor)
+                     task.attempt, task.run_id, begun.result.executor)
+            done = begun
         else:
-            running, done = self.in_hand.start(task), None
+            running, recorded = self.in_hand.start(task), None
             try:
-                result, msg_id = await self._run(task, delivery, results)
-                done = await self._record(task, result, msg_id)
+                result, msg_id = await self._run(task, delivery, ctx, claim, results)
+                done = recorded = await self._record(task, result, msg_id, begun)
             finally:
-                self.in_hand.end(task, running, done)
+                self.in_hand.end(task, running, recorded)
         await self._send_result(results, done)
 
-    async def _finished_before(self, task: StepTask) -> Recorded | None:
-        """The attempt's record, if it finished (or finishes now in this process: a task
-        delivered again while its first execution here waits to record it)."""
+    def _context(self, task: StepTask, delivery: Delivery) -> StepContext:
+        """What the step's tools see of it."""
+        return StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries,
+                           f"{self.name}/{self.instance}", task=delivery.stream_seq,
+                           inputs=task.inputs,
+                           idempotency_key=task.idempotency_key or attempt_key(
+                               task.run_id, task.step.id, task.attempt, task.nonce))
+
+    async def _begin(self, task: StepTask, ctx: StepContext,
+                     claim: StepClaimed) -> Recorded | Begun:
+        """The attempt's record if it finished (or finishes now in this process: a task
+        delivered again while its first execution here waits to record it); else this
+        execution's claim on it (``actors.finished``)."""
         running = self.in_hand.running(task)
         if running is not None:
             await running.done.wait()
             if running.recorded is not None:
                 return running.recorded
-        return await self.finished.lookup(task)
+        return await self.finished.begin(task, claim, ctx.key)
 
-    async def _run(self, task: StepTask, delivery: Delivery,
-                   results: str) -> tuple[StepResult, str]:
+    async def _run(self, task: StepTask, delivery: Delivery, ctx: StepContext,
+                   claim: StepClaimed, results: str) -> tuple[StepResult, str]:
         """Execute the step: its result, and the message id it travels under."""
-        me = f"{self.name}/{self.instance}"
-        ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
-                          task=delivery.stream_seq, inputs=task.inputs,
-                          idempotency_key=task.idempotency_key or attempt_key(
-                              task.run_id, task.step.id, task.attempt, task.nonce))
-        claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
-                            executor=me, delivery=ctx.delivery,
-                            heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
+        me = ctx.executor
         started = time.time()
         spent = Spent()  # model calls count even when the step fails after them
         failure: Exception | None = None
@@ -160,14 +168,15 @@ class Executor(StepRole):
         # mistaken for (and de-duplicate away) the result of another execution.
         return result, f"{ctx.key}/{task.nonce}/result"
 
-    async def _record(self, task: StepTask, result: StepResult, msg_id: str) -> Recorded:
+    async def _record(self, task: StepTask, result: StepResult, msg_id: str,
+                      begun: Begun) -> Recorded:
         """Write the finished attempt down before its result goes out and its task is
         acknowledged (``actors.finished``)."""
         try:
             result = await self._by_reference(task, result)
-            return await self.finished.record(task, result, msg_id)
+            return await self.finished.record(task, result, msg_id, begun)
         except StorageFull as exc:  # its output is too large to keep: the step fails
-            return await self.finished.record(task, _unstorable(result, exc), msg_id)
+            return await self.finished.record(task, _unstorable(result, exc), msg_id, begun)
 
     async def _by_reference(self, task: StepTask, result: StepResult) -> StepResult:
         """An output too large for a message is kept once, in the object store under the

@@ -8,7 +8,16 @@ from datetime import datetime
 
 from nats.js.errors import NotFoundError
 
-from protocols import Stream, Verb, stream_name, subject
+from protocols import (
+    UNREADABLE,
+    StepClaimed,
+    StepResult,
+    Stream,
+    Verb,
+    decode,
+    stream_name,
+    subject,
+)
 from runtime.bus import Bus
 
 Attempt = tuple[str, int, int]
@@ -18,10 +27,10 @@ async def recorded_times(bus: Bus, role: str,
                          attempts: Iterable[Attempt]) -> dict[Attempt, float] | None:
     """Unix time each attempt's record was stored (the server's time), for those recorded;
     None if the deployment keeps no records (a runtime before them)."""
-    finished = getattr(Stream, "FINISHED", None)
-    if finished is None:
+    kind = getattr(Stream, "FINISHED", None)
+    if kind is None:
         return None
-    stream = stream_name(bus.prefix, finished)
+    stream = stream_name(bus.prefix, kind)
     try:
         await bus.js.stream_info(stream)
     except NotFoundError:
@@ -33,8 +42,12 @@ async def recorded_times(bus: Bus, role: str,
             raw = await bus.js.get_msg(stream, subject=where, direct=True)
         except NotFoundError:
             continue
+        try:  # the last word is the record, or the claim of an execution that never ended
+            finished = isinstance(decode(raw.data or b"", StepResult | StepClaimed), StepResult)
+        except UNREADABLE:
+            finished = False
         stamp = (raw.headers or {}).get("Nats-Time-Stamp")
-        if stamp:
+        if stamp and finished:
             found[(run_id, step, attempt)] = server_time(stamp)
     return found
 
