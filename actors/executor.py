@@ -1,7 +1,10 @@
 """The executor: runs the steps of one role, any number of instances sharing the work.
 
 A tool step calls its tool directly with no model call (as LLMCompiler does); an agent
-step runs the role's model with only the tools both the step and the role allow.
+step runs the role's model with only the tools both the step and the role allow. A
+finished step's result is recorded before it is sent and its task acknowledged, and a
+task of an attempt recorded as finished gets that result again, not a second execution
+(``actors.finished``).
 """
 
 from __future__ import annotations
@@ -17,15 +20,33 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
+from actors.finished import Begun, FinishedSteps, InHand, Recorded
 from actors.outbox import Outbox
-from protocols import Message, StepClaimed, StepResult, StepTask, Stream, Verb
+from protocols import (
+    Message,
+    StepClaimed,
+    StepResult,
+    StepTask,
+    Stream,
+    Verb,
+    encode,
+    object_space,
+)
 from runtime import telemetry
 from runtime.actor import RoleActor, RoleContext, Source, WorkQueue, on
 from runtime.agent import Spent, run_agent
 from runtime.bus import Delivery, StorageFull
 from runtime.config import RoleOption
 from runtime.errors import PlancastError, SetupError
-from runtime.tools import StepContext, ToolArgumentsError, UnknownTool, current_step
+from runtime.tools import (
+    StepContext,
+    Tool,
+    ToolArgumentsError,
+    UnknownTool,
+    attempt_key,
+    check_hook,
+    current_step,
+)
 
 from . import prompts
 
@@ -68,18 +89,59 @@ class Executor(StepRole):
         super().__init__(ctx, instance=instance)
         self.outbox = Outbox(self.bus)
         """Claims and results of one moment go to their run as one message."""
+        self.finished = FinishedSteps(self.bus, self.name)
+        """The attempts this role finished, each with its result."""
+        self.in_hand = InHand()
+        """The attempts this process runs or records right now."""
 
     @on(StepTask)
     async def run_step(self, task: StepTask, delivery: Delivery) -> None:
         if self.too_late(task):
             return
-        me = f"{self.name}/{self.instance}"
-        ctx = StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries, me,
-                          task=delivery.stream_seq, inputs=task.inputs)
         results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
+        ctx = self._context(task, delivery)
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
-                            executor=me, delivery=ctx.delivery,
+                            executor=ctx.executor, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
+        begun = await self._begin(task, ctx, claim)
+        if isinstance(begun, Recorded):  # it ran to its end before: its result again
+            log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
+                     "is sent again, the step is not run again", self.name, task.step.id,
+                     task.attempt, task.run_id, begun.result.executor)
+            done = begun
+        else:
+            running, recorded = self.in_hand.start(task), None
+            try:
+                result, msg_id = await self._run(task, delivery, ctx, claim, results)
+                done = recorded = await self._record(task, result, msg_id, begun)
+            finally:
+                self.in_hand.end(task, running, recorded)
+        await self._send_result(results, done)
+
+    def _context(self, task: StepTask, delivery: Delivery) -> StepContext:
+        """What the step's tools see of it."""
+        return StepContext(task.run_id, task.step.id, task.attempt, delivery.deliveries,
+                           f"{self.name}/{self.instance}", task=delivery.stream_seq,
+                           inputs=task.inputs,
+                           idempotency_key=task.idempotency_key or attempt_key(
+                               task.run_id, task.step.id, task.attempt, task.nonce))
+
+    async def _begin(self, task: StepTask, ctx: StepContext,
+                     claim: StepClaimed) -> Recorded | Begun:
+        """The attempt's record if it finished (or finishes now in this process: a task
+        delivered again while its first execution here waits to record it); else this
+        execution's claim on it (``actors.finished``)."""
+        running = self.in_hand.running(task)
+        if running is not None:
+            await running.done.wait()
+            if running.recorded is not None:
+                return running.recorded
+        return await self.finished.begin(task, claim, ctx.key)
+
+    async def _run(self, task: StepTask, delivery: Delivery, ctx: StepContext,
+                   claim: StepClaimed, results: str) -> tuple[StepResult, str]:
+        """Execute the step: its result, and the message id it travels under."""
+        me = ctx.executor
         started = time.time()
         spent = Spent()  # model calls count even when the step fails after them
         failure: Exception | None = None
@@ -104,13 +166,36 @@ class Executor(StepRole):
         # A result counts only from a claimant: a claim sent earlier is stored by now.
         # The id names the task and its delivery: a stale executor's result must not be
         # mistaken for (and de-duplicate away) the result of another execution.
-        msg_id = f"{ctx.key}/{task.nonce}/result"
+        return result, f"{ctx.key}/{task.nonce}/result"
+
+    async def _record(self, task: StepTask, result: StepResult, msg_id: str,
+                      begun: Begun) -> Recorded:
+        """Write the finished attempt down before its result goes out and its task is
+        acknowledged (``actors.finished``)."""
         try:
-            await self.outbox.send(results, result, msg_id=msg_id)
+            result = await self._by_reference(task, result)
+            return await self.finished.record(task, result, msg_id, begun)
+        except StorageFull as exc:  # its output is too large to keep: the step fails
+            return await self.finished.record(task, _unstorable(result, exc), msg_id, begun)
+
+    async def _by_reference(self, task: StepTask, result: StepResult) -> StepResult:
+        """An output too large for a message is kept once, in the object store under the
+        results' space (``output_ref``): the record and the result both carry only the
+        reference, so it is not stored twice."""
+        output, most = result.output, self.settings.max_message_bytes
+        if output is None or len(output) < most // 4 - 1024 or len(encode(result)) <= most:
+            return result
+        results = self.bus.subject(Verb.RESULT, task.run_id, self.name)
+        ref = await self.bus.put_object(object_space(self.bus.prefix, results),
+                                        output.encode())
+        return msgspec.structs.replace(result, output=None, output_ref=ref)
+
+    async def _send_result(self, results: str, done: Recorded) -> None:
+        try:
+            await self.outbox.send(results, done.result, msg_id=done.msg_id)
         except StorageFull as exc:  # too large to keep: the step fails, saying why
-            failed = msgspec.structs.replace(result, ok=False, output="", retryable=False,
-                                             error=f"its output could not be stored: {exc}")
-            await self.bus.publish_durable(results, failed, msg_id=msg_id)
+            await self.bus.publish_durable(results, _unstorable(done.result, exc),
+                                           msg_id=done.msg_id)
 
     async def _outcome(self, task: StepTask, span: telemetry.SpanLike,
                        spent: Spent) -> dict[str, Any]:
@@ -125,6 +210,10 @@ class Executor(StepRole):
                 raise TimeoutError
         except SetupError:  # a misconfigured model: another attempt or a replan meets it
             raise  # again, so the handler fails and the run ends saying why (Actor base)
+        except OutcomeUnknown as exc:
+            span.fail("outcome_unknown", str(exc))
+            return {"ok": False, "error": str(exc), "retryable": False,
+                    "cause": "outcome_unknown"}
         except PlancastError as exc:
             error = f"{type(exc).__name__}: {exc}"
             span.fail(type(exc).__name__, error)
@@ -134,7 +223,7 @@ class Executor(StepRole):
             error = (f"timed out: the step ran longer than its {task.timeout:g}s timeout "
                      "(raise step_timeout for the role, or timeout on the step)")
             span.fail("timeout", error)
-            return {"ok": False, "retryable": True, "error": error}
+            return {"ok": False, "retryable": True, "error": error, "cause": "timeout"}
         span.content("gen_ai.tool.call.result" if task.step.tool is not None
                       else "gen_ai.output.messages", output)
         return {"ok": True, "output": output}
@@ -149,7 +238,11 @@ class Executor(StepRole):
                 )
             if span.capture:
                 span.content("gen_ai.tool.call.arguments", msgspec.json.encode(step.args).decode())
+            done = await settle_earlier(task, self.tools.get(step.tool))
+            if done is not None:
+                return done
             return await self.tools.run(step.tool, step.args)
+        await settle_earlier(task, None)  # an agent step: no tool to ask
         allowed = self.tools if step.tools is None else self.tools.subset(
             t for t in step.tools if t in self.tools
         )
@@ -161,6 +254,51 @@ class Executor(StepRole):
             allowed, max_rounds=self.config.max_tool_rounds, span=span, spent=spent,
         )
         return outcome.text
+
+
+def _unstorable(result: StepResult, exc: StorageFull) -> StepResult:
+    """The failure a result becomes when its output cannot be stored."""
+    return msgspec.structs.replace(result, ok=False, output="", output_ref=None,
+                                   retryable=False,
+                                   error=f"its output could not be stored: {exc}")
+
+
+class OutcomeUnknown(PlancastError):
+    """A ``once`` step an earlier execution may have done, and nobody can check."""
+
+
+def unsettled_keys(task: StepTask, delivery: int) -> list[str]:
+    """Idempotency keys of earlier executions of a ``once`` step that may have acted: those
+    the planner names (interrupted attempts), and this attempt's own when its task is
+    delivered again (its first delivery's executor died or stopped holding it)."""
+    if task.effects != "once":
+        return []
+    own = [task.idempotency_key] if delivery > 1 and task.idempotency_key else []
+    return [*task.check_keys, *own]
+
+
+async def settle_earlier(task: StepTask, tool: Tool | None) -> str | None:
+    """Before a ``once`` step acts again: the output of an earlier execution that its tool
+    says was done, or None if none was (then it runs); OutcomeUnknown if it cannot tell."""
+    ctx = current_step.get()
+    keys = unsettled_keys(task, ctx.delivery if ctx is not None else 1)
+    if not keys:
+        return None
+    check = check_hook(tool) if tool is not None else None
+    if check is None:
+        what = f"tool {tool.name!r} has no check hook" if tool is not None \
+            else "an agent step cannot be checked"
+        raise OutcomeUnknown(
+            f"outcome unknown: an earlier execution of this effects = \"once\" step may "
+            f"have acted (idempotency key {', '.join(keys)}) and {what}; not run again: a "
+            "person must check whether it was done, then replan or rerun the run")
+    for key in keys:
+        output = await check(key)
+        if output is not None:
+            log.info("step %d of run %s: done earlier under key %s (its tool's check)",
+                     task.step.id, task.run_id, key)
+            return output
+    return None
 
 
 class LateClaim:

@@ -110,7 +110,10 @@ class StepFailed(Event, frozen=True, kw_only=True, tag="event.step.failed"):
     ``not_claimed`` (its task was delivered and not claimed within ``[timeouts] claim``),
     ``unclaimed`` (planners before ``not_claimed``: a result came without a claim that
     counts), ``declined`` (a person
-    rejected it at its approval gate), ``approval`` (nobody decided at its gate in time)."""
+    rejected it at its approval gate), ``approval`` (nobody decided at its gate in time),
+    ``outcome_unknown`` (a step of an ``effects = "once"`` role or tool may have acted in an
+    interrupted attempt and nobody could check: not run again; ``error`` names the
+    idempotency key a person should look for)."""
 
 
 class StepReviewing(Event, frozen=True, kw_only=True, tag="event.step.reviewing"):

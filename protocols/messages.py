@@ -106,6 +106,19 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     answer (``nonce``), which counts only with it, and puts it in the answer's
     ``Nats-Msg-Id``, so nobody else can publish first under that id (the stream would
     then drop the real answer as a duplicate)."""
+    idempotency_key: str = ""
+    """The attempt's idempotency key: the same on every delivery of this attempt (and after
+    a planner takeover), another for the next attempt, and computable only by the planners.
+    Hand it to the outside world where it takes one (an ``Idempotency-Key`` header), so a
+    side effect repeated by a redelivery is done once. Empty from planners before it."""
+    effects: str = ""
+    """``once``: the step's role or tool must not act twice (team file ``effects``): do not
+    run it blindly where an earlier execution may have acted (``check_keys``, or a
+    delivery count above 1); ask the tool, or answer ``cause`` ``outcome_unknown``."""
+    check_keys: list[str] = []
+    """With ``effects`` ``once``: idempotency keys of earlier attempts of this step that
+    were interrupted (timed out, their executor went silent) and may have acted. Before
+    acting, ask the tool whether each was done; if it cannot tell, do not act."""
 
 
 class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
@@ -169,6 +182,11 @@ class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     nonce: str = ""
     """The ``nonce`` of the task this answers: proof that its sender received that task.
     Required: the planner refuses an answer without it (``runtime.nonces``)."""
+    cause: str = ""
+    """Why it failed, when not the tool's own error: ``timeout`` (the executor stopped it at
+    the task's ``timeout``: it may have acted), ``outcome_unknown`` (a ``once`` step an
+    earlier execution may have done, which the tool cannot check: not run; a person must
+    look). Planners before this field read both as an error."""
 
 
 class StepOutcomes(Message, frozen=True, kw_only=True, tag="step.outcomes"):

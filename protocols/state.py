@@ -76,6 +76,9 @@ class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
     """The current attempt's task in the work stream (deleted when the attempt is given up)."""
     task_id: str = ""
     """The ``Nats-Msg-Id`` the current attempt's task was published with."""
+    check_keys: list[str] = []
+    """Idempotency keys of interrupted attempts of an ``effects = "once"`` step whose outcome
+    is not known yet (its next attempt asks the tool about them before it acts)."""
 
 
 class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):

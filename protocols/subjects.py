@@ -49,6 +49,10 @@ class Verb(enum.Enum):
     """``heartbeat.<role>.<instance>``: liveness (core NATS)."""
     FENCE = ("fence", 1)
     """``fence.<run_id>``: who owns a run; its events are fenced on it (events stream)."""
+    FINISHED = ("finished", 4)
+    """``finished.<role>.<run_id>.<step>.<attempt>``: the result of an attempt its role
+    finished, recorded before the task is acknowledged (finished stream): a task of that
+    attempt that comes again gets this result again instead of a second execution."""
 
     def __init__(self, word: str, arity: int) -> None:
         self.word = word
@@ -110,6 +114,9 @@ class Stream(enum.Enum):
     here (two streams may not share a subject)."""
     DEAD = ("DEAD", (Verb.DEAD,))
     """Dead letters (limits retention: kept for inspection)."""
+    FINISHED = ("FINISHED", (Verb.FINISHED,))
+    """Each finished attempt's result, one per subject, written once (limits retention: it
+    ages out with the runs' events)."""
 
     def __init__(self, suffix: str, verbs: tuple[Verb, ...]) -> None:
         self.suffix = suffix

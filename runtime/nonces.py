@@ -61,6 +61,12 @@ class Nonces:
         """The nonce of a step's attempt (every delivery of its task carries it)."""
         return self._digest("step", run_id, step_id, attempt)
 
+    def idempotency(self, run_id: str, step_id: int, attempt: int) -> str:
+        """A step attempt's idempotency key (``StepTask.idempotency_key``): the same for
+        every delivery and any planner, another per attempt, and unlike the nonce safe to
+        hand to the outside world (it proves nothing to a planner)."""
+        return f"pc-{self._digest('idempotency', run_id, step_id, attempt)}"
+
     def review(self, run_id: str, step_id: int, attempt: int) -> str:
         """The nonce of the critic's review of a step's attempt."""
         return self._digest("review", run_id, step_id, attempt)

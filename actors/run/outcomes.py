@@ -301,7 +301,9 @@ async def _result(run: RunOps, result: StepResult, patient: bool, role: str) -> 
     step = run.scheduler.step(sid)
     if not result.ok:
         retry = result.retryable and attempt < run.env.team.step_attempts
-        await step_failed(run, step, attempt, result.error, retry, "error")
+        await step_failed(run, step, attempt, result.error, retry,
+                          "outcome_unknown" if result.cause == "outcome_unknown" else "error",
+                          interrupted=result.cause == "timeout")
         return False
     output = result.output or ""
     if result.output_ref is not None and result.output is None:

@@ -49,13 +49,14 @@ from runtime.dag import StepState, StepStateError
 from runtime.errors import PlancastError
 from runtime.nonces import Nonces
 
+from .effects import INTERRUPTED
 from .event_log import identity
 from .state import PREVIEW, RunState, StepMeta, source_step, step_source
 
 log = logging.getLogger(__name__)
 
 DECIDED_HERE = frozenset({"timeout", "heartbeat", "unserved", "review_timeout", "unclaimed",
-                          "not_claimed"})
+                          "not_claimed", "outcome_unknown"})
 """Failures the owner decided itself (its clocks, its patience): no message brings them
 back, so the replay applies them, retry included."""
 
@@ -203,6 +204,9 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                     s.retry(event.step_id)  # its next dispatch follows in the tail, or now
                 else:
                     s.fail(event.step_id, event.error)
+                if event.cause in INTERRUPTED:  # (read only for a step of effects "once")
+                    meta[event.step_id].check_keys.append(nonces.idempotency(
+                        state.record.run_id, event.step_id, event.attempt))
                 out.announced.discard(key)  # nothing re-derives it
             case ReplanStarted() if event.round == s.round + 1:
                 s.new_round()

@@ -101,6 +101,9 @@ class StepMeta:
     planned_seq: int = 0
     """The number of its ``step.planned`` event: where a replay that rebuilds it from the
     run's events must start."""
+    check_keys: list[str] = field(default_factory=list)
+    """Idempotency keys of its interrupted attempts whose outcome is unknown (``effects``):
+    kept across attempts, until one's outcome is known."""
 
     def new_attempt(self, now: float) -> None:
         """Forget the previous attempt's claims and timers."""
@@ -144,7 +147,8 @@ async def restore(
         claimants=set(r.claimants), dispatched_at=now, claimed_at=now if r.claimed_at else 0.0,
         beats=r.heartbeat,
         review_sent_at=now if r.review_output is not None else 0.0,
-        task_seq=r.task_seq, task_id=r.task_id, recorded=True) for r in ordered}
+        task_seq=r.task_seq, task_id=r.task_id, recorded=True,
+        check_keys=list(r.check_keys)) for r in ordered}
     return RunState(record, scheduler, meta)
 
 
@@ -171,7 +175,7 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
         delivery=meta.delivery, review_output=meta.review_output, feedback=meta.feedback,
         usage=meta.usage, claimants=sorted(meta.claimants), dispatched_at=meta.dispatched_at,
         claimed_at=meta.claimed_at, heartbeat=meta.beats, task_seq=meta.task_seq,
-        task_id=meta.task_id,
+        task_id=meta.task_id, check_keys=list(meta.check_keys),
     )
 
 

@@ -31,7 +31,7 @@ from protocols import (
 )
 from runtime.dag import StepState
 
-from . import delegation, gates
+from . import delegation, effects, gates
 from ._api import RunOps
 from .resume import task_id
 from .state import INLINE, PREVIEW, RunFailure
@@ -81,7 +81,8 @@ async def send_step(run: RunOps, step: Step, attempt: int, msg_id: str, *,
                     inputs=inputs, feedback=run.meta[step.id].feedback,
                     timeout=run.env.team.step_timeout(step.role, step.timeout),
                     deadline=run.record.deadline,
-                    nonce=run.env.nonces.task(run.run_id, step.id, attempt))
+                    nonce=run.env.nonces.task(run.run_id, step.id, attempt),
+                    **effects.task_fields(run, step, attempt))
     meta = run.meta[step.id]
     meta.task_id, meta.task_seq = msg_id, 0
     run.touch(step.id)
@@ -148,8 +149,12 @@ async def step_done(run: RunOps, step: Step, attempt: int, output: str, executor
 
 
 async def step_failed(run: RunOps, step: Step, attempt: int, error: str, retry: bool,
-                      cause: str) -> None:
-    """The attempt failed: the step is dispatched again (``retry``) or fails for good."""
+                      cause: str, *, interrupted: bool = False) -> None:
+    """The attempt failed: the step is dispatched again (``retry``) or fails for good.
+    ``interrupted``: it may have acted without saying so (also implied by its ``cause``),
+    which a step that must not act twice does not forget (``effects``)."""
+    error, retry, cause = effects.after_failure(run, step, attempt, error, retry, cause,
+                                                interrupted)
     run.touch(step.id)
     await run.events.emit(StepFailed(run_id=run.run_id, step_id=step.id, attempt=attempt,
                                      error=error, will_retry=retry, cause=cause))

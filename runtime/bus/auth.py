@@ -12,7 +12,9 @@ follows them; ``watcher`` only reads. Every user gets its own inbox prefix
 A payload sent by reference is kept under the subject of its message
 (``protocols.objects``), and a user reads and writes objects only where it may read and
 send those messages: a role reads its own tasks' objects, writes its own results'; the
-planner reads and writes all; ``client`` and ``watcher`` read the events'. No role may ask
+planner reads and writes all; ``client`` and ``watcher`` read the events'. An executor
+role writes and reads back the records of the attempts it finished
+(``finished.<role>.…``), never another role's. No role may ask
 for stream information (it lists runs, keys and object names): a role checks only its own
 consumer.
 
@@ -71,6 +73,7 @@ class Names:
     events: str = field(init=False)
     errors: str = field(init=False)
     dead: str = field(init=False)
+    finished: str = field(init=False)
     kv: str = field(init=False)
     objects: str = field(init=False)
     plans: str = field(init=False)
@@ -85,8 +88,8 @@ class Names:
 
     @property
     def streams(self) -> list[str]:
-        return [self.work, self.results, self.events, self.errors, self.dead, self.kv,
-                self.objects]
+        return [self.work, self.results, self.events, self.errors, self.dead, self.finished,
+                self.kv, self.objects]
 
 
 def _consumer(stream: str, name: str) -> list[str]:
@@ -112,6 +115,14 @@ def _objects(n: Names, *spaces: str) -> list[str]:
     """Read the objects kept in these spaces (``protocols.objects``), and no others: a
     direct get names the subject it reads, a stream get (by sequence) does not."""
     return [f"$JS.API.DIRECT.GET.{n.objects}.{chunks_of(n.prefix, space)}" for space in spaces]
+
+
+def _finished(n: Names, role: str) -> list[str]:
+    """Write and read back the records of the attempts this role finished, and no other
+    role's: a direct get names the subject it reads."""
+    p = n.prefix
+    return [f"{p}.finished.{role}.>", f"$JS.API.DIRECT.GET.{n.finished}.{p}.finished.{role}.>",
+            chunks_of(p, f"finished.{role}"), *_objects(n, f"finished.{role}")]
 
 
 def _actor(n: Names, role: str, stream: str, consumer: str, reads: list[str]) -> list[str]:
@@ -169,6 +180,8 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
             }.get(role.kind, (f"step-{role.name}", [f"step.{role.name}"]))
             own = _consumer(n.work, f"synthesis-{role.name}") \
                 if role.kind == "synthesizer" else []  # a sub-team's runs may name it
+            if role.kind not in ("critic", "synthesizer"):
+                own = _finished(n, role.name)
             users[role.name] = Grant([*_actor(n, role.name, n.work, consumer, tasks), *own],
                                      [f"{p}.error.{role.name}", *inbox])
     plans = [f"$JS.API.STREAM.INFO.{n.plans}", *_consumers(n.plans), *_reads(n.plans)]

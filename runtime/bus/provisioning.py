@@ -40,7 +40,7 @@ INSUFFICIENT_RESOURCES = 10047
 """The server cannot reserve a stream's ``max_bytes`` within its JetStream storage limit."""
 
 _COMPARED = ("description", "subjects", "max_age", "max_bytes", "discard", "max_msg_size",
-             "max_msgs_per_subject", "num_replicas", "duplicate_window")
+             "max_msgs_per_subject", "num_replicas", "duplicate_window", "allow_direct")
 """Stream settings provisioning owns: an existing stream is updated when one differs."""
 
 
@@ -91,9 +91,10 @@ def stream_configs(
     what is sent (the sender sees the error); so does a full results stream, which keeps
     an outcome only where a run's planner reads (interest retention: a result for a run
     nobody drives is acknowledged and dropped by the server, never stored). Full event,
-    error and dead-letter streams drop their oldest messages; errors and dead letters keep
-    at most ``per_role`` messages on each role's subject, so one role's flood pushes out
-    only its own.
+    error, dead-letter and finished streams drop their oldest messages; errors and dead
+    letters keep at most ``per_role`` messages on each role's subject, so one role's flood
+    pushes out only its own. The finished stream keeps one record per attempt, as long as
+    the events (``event_max_age``), in the deployment's replicas.
     """
     configs = []
     for kind in Stream:
@@ -106,7 +107,8 @@ def stream_configs(
                 retention=_RETENTION.get(kind, api.RetentionPolicy.LIMITS),
                 storage=api.StorageType.FILE,
                 num_replicas=replicas,
-                duplicate_window=DUPLICATE_WINDOW,
+                # (the server takes no window longer than the messages are kept)
+                duplicate_window=min(DUPLICATE_WINDOW, event_max_age or DUPLICATE_WINDOW),
                 # Tasks nobody pulls (a role nobody serves) and outcomes that reach a run
                 # after it ended have no reader left: they age out.
                 max_age=event_max_age,
@@ -114,7 +116,11 @@ def stream_configs(
                 discard=api.DiscardPolicy.NEW if kind in _RETENTION else api.DiscardPolicy.OLD,
                 max_msg_size=size,
                 max_msgs_per_subject=per_role(max_bytes, size)
-                if kind in (Stream.ERRORS, Stream.DEAD) else -1,
+                if kind in (Stream.ERRORS, Stream.DEAD) else 1 if kind is Stream.FINISHED
+                else -1,
+                # A finished attempt's record is read by the subject that names it (the
+                # server lets a role read only its own role's records).
+                allow_direct=kind is Stream.FINISHED or None,
             )
         )
     return configs

@@ -21,6 +21,7 @@ needs a model and has none is a startup error that names the setting to add::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,6 +90,16 @@ class Timeouts(BaseModel):
     after this long, the runs waiting on it fail with cause ``storage``."""
 
 
+class ToolConfig(BaseModel):
+    """What the team says of one tool, whichever role uses it (``[tools.NAME]``)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    effects: Literal["default", "once"] = "default"
+    """``once``: a call acts on the world and must not be repeated, even by another
+    attempt (as a role's ``effects``, for every step that may call this tool)."""
+
+
 class RoleConfig(BaseModel):
     """One role: a kind of actor (an entry point in ``plancast.roles``) and its settings."""
 
@@ -137,6 +148,12 @@ class RoleConfig(BaseModel):
     """For a ``team`` role: the synthesizer role that joins its child runs (its own model
     and prompt); empty: any synthesizer of the deployment."""
 
+    effects: Literal["default", "once"] = "default"
+    """``once``: this role's steps act on the world and must not act twice, even across
+    attempts: an attempt that timed out or whose executor went silent is not run again
+    blindly (its tool is asked by key, else the step fails with cause
+    ``outcome_unknown``). ``default``: at least once, as every step."""
+
     def needs_model(self) -> bool:
         if self.kind in SERVICE_KINDS or self.kind == TEAM_KIND:
             return False
@@ -181,6 +198,8 @@ class TeamConfig(BaseModel):
     a top-level run) fails instead of starting a child run."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """How long the planner waits for steps, reviews, syntheses, plans and whole runs."""
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    """Settings of tools by name (``[tools.NAME]``), for every role that uses them."""
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers by name (``[mcp.NAME]``): a role uses one's tool by listing
     ``NAME__TOOL`` in its ``tools`` (docs/mcp.md)."""
@@ -193,6 +212,12 @@ class TeamConfig(BaseModel):
                     f"MCP server name {server!r} must be letters, digits, - and single _ "
                     f"(at most 30; its tools are called {server}{MCP_SEPARATOR}TOOL): rename "
                     f"[mcp.{server}]")
+        used = self.tool_names()
+        for tool in self.tools:
+            if tool not in used:
+                raise ValueError(
+                    f"[tools.{tool}] names a tool no executor role lists in its tools: add it "
+                    f"to a role's tools, or remove the table")
         for name, role in self.roles.items():
             if role.needs_model() and role.model is None:
                 raise ValueError(
@@ -232,6 +257,14 @@ class TeamConfig(BaseModel):
     def tool_names(self) -> set[str]:
         """Every tool some executor role may use (they may live only on the workers)."""
         return {t for r in self.executors() for t in r.tools}
+
+    def effects_once(self, role: str, tools: Iterable[str]) -> bool:
+        """Whether a step of ``role`` that may call ``tools`` must not act twice: the role,
+        or one of those tools, says ``effects = "once"``."""
+        config = self.roles.get(role)
+        if config is not None and config.effects == "once":
+            return True
+        return any(self.tools[t].effects == "once" for t in tools if t in self.tools)
 
     def role(self, name: str) -> RoleConfig:
         try:

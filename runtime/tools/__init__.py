@@ -1,14 +1,17 @@
 """Tools that plan steps call: the interface, the registry and the built-ins."""
 
 from ._base import GRAMMAR_KEY as GRAMMAR_KEY
+from ._base import CheckHook as CheckHook
 from ._base import FunctionTool as FunctionTool
 from ._base import StructTool as StructTool
 from ._base import Tool as Tool
 from ._base import args_schema as args_schema
+from ._base import check_hook as check_hook
 from ._base import openai_spec as openai_spec
 from ._base import public_schema as public_schema
 from ._base import tool as tool
 from .context import StepContext as StepContext
+from .context import attempt_key as attempt_key
 from .context import current_step as current_step
 from .demo import EchoArgs as EchoArgs
 from .demo import echo_tool as echo_tool
@@ -43,6 +46,7 @@ __all__ = (
     "EXPRESSION_GBNF",
     "EXPRESSION_PATTERN",
     "GRAMMAR_KEY",
+    "CheckHook",
     "EchoArgs",
     "FunctionTool",
     "HttpGetTool",
@@ -63,7 +67,9 @@ __all__ = (
     "UnknownTool",
     "UnsupportedArchitecture",
     "args_schema",
+    "attempt_key",
     "builtin_tools",
+    "check_hook",
     "current_step",
     "echo_tool",
     "evaluate",

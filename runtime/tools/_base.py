@@ -53,6 +53,19 @@ class Tool(Protocol):
         ...
 
 
+CheckHook = Callable[[str], Awaitable[str | None]]
+"""A tool's optional ``check(key)``: the output of the call made under this idempotency key
+if it was done, None if it was not (and will not be: see docs/tools.md). The executor asks
+it, for a step whose effects are ``once``, before it acts where an earlier execution may
+have; a tool without one is not run again there (the step fails ``outcome_unknown``)."""
+
+
+def check_hook(tool: Tool) -> CheckHook | None:
+    """The tool's ``check`` hook, if it has one."""
+    check = getattr(tool, "check", None)
+    return check if callable(check) else None
+
+
 def openai_spec(tool: Tool) -> dict[str, Any]:
     """The entry for ``tools=[...]`` of the OpenAI chat completions API."""
     return {
@@ -156,11 +169,14 @@ class FunctionTool(StructTool[A]):
         name: str,
         description: str,
         args_type: type[A],
+        check: CheckHook | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
         self.description = description
         self.args_type = args_type
+        self.check = check
+        """The tool's ``check(key)`` hook (see :data:`CheckHook`), if it has one."""
 
     async def call(self, args: A) -> str:
         return await self.fn(args)

@@ -34,11 +34,13 @@ from .cluster import Node, start_nodes, stop_nodes
 from .evidence import permission_violations, run_lines
 from .faults import DURATIONS, KINDS, NODE_KINDS, RECOVERY_WAIT, FaultLoop
 from .fleet import ROOT, Fleet, Member, StartFailed
-from .ledger import read_ledger
+from .ledger import Execution, read_ledger, redelivered
 from .netns import Network, open_network
 from .observe import StoredLog, Tracked, follow_run, read_log, submit_run
+from .records import recorded_times
 from .report import Report, judge, ledger_figures, silences, submission_figures, timelines
 from .users import Users, make_users
+from .workload import ROLE as WORKER
 from .workload import RunSpec, make_runs, scenario
 
 PREFIX = "chaos"
@@ -235,7 +237,9 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
     for verdict in verdicts:
         if verdict.troubled or verdict.status == "failed":
             verdict.evidence = run_lines(work / "logs", verdict.run_id, fleet.owner_of)
-    duplicates, redeliveries = ledger_figures(executions := read_ledger(work))
+    executions = read_ledger(work)
+    recorded_at = await _recorded_times(fleet.users, urls, executions, notes)
+    duplicates, redeliveries, repeats = ledger_figures(executions, recorded_at)
     refused = permission_violations(n.server.log_path for n in nodes)
     notes += [f"{r.run_id}: follower restarted {r.restarts} times" for r in runs if r.restarts]
     submissions, failed_submissions = submission_figures(loop.faults, runs, until)
@@ -251,7 +255,21 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
                    "max": float(max(samples, default=0))},
         members={m.name: m.pids for m in fleet.members},
         notes=notes, permission_violations=refused, submissions=submissions,
-        failed_submissions=failed_submissions)
+        failed_submissions=failed_submissions, repeats=repeats)
+
+
+async def _recorded_times(users: Users | None, urls: str, executions: list[Execution],
+                          notes: list[str]) -> dict[tuple[str, int, int], float] | None:
+    """When the attempts run more than once had their results recorded (read as the admin:
+    no role may read another's records)."""
+    attempts = redelivered(executions)
+    try:
+        async with open_bus(settings_as(users, ADMIN, urls)) as admin:
+            return await recorded_times(admin, WORKER, attempts)
+    except Exception as exc:  # judged on the ledger alone then (stricter)
+        notes.append(f"the records of finished attempts could not be read ({exc!r}): "
+                     "repeats judged on the ledger alone")
+        return None
 
 
 def _keep_logs(folder: Path, logs: dict[str, StoredLog]) -> None:

@@ -13,7 +13,7 @@ from protocols import ReplanStarted, RunEvent, RunFailed, RunFinished, StepFinis
 
 from ..invariants import event_log_violations
 from .faults import KINDS, NODE_KINDS, Fault
-from .ledger import Execution, redelivered, repeated
+from .ledger import Execution, Repeats, classify, redelivered, repeated
 from .observe import StoredLog, Submission, Tracked
 from .workload import ANSWER, MAX_SLEEP
 
@@ -102,6 +102,9 @@ class Report:
     failed_submissions: list[str] = field(default_factory=list)
     """Each submit call refused or lost (a passing cause: the goals are valid); must be
     empty."""
+    repeats: Repeats = field(default_factory=Repeats)
+    """The executions beyond each attempt's first: (a) of a finished attempt, must be 0;
+    (b) of an interrupted one; and the idempotency keys they carried."""
 
     def of(self, status: str) -> list[RunVerdict]:
         return [r for r in self.runs if r.status == status]
@@ -113,6 +116,9 @@ class Report:
         found += [f"wrong answer: {r.run_id}: {w}" for r in self.runs for w in r.wrong]
         found += [f"violation: {r.run_id}: {v}" for r in self.runs for v in r.violations]
         found += [f"duplicate execution: {k} ran {n} times" for k, n in self.duplicates.items()]
+        found += [f"repeat of a finished attempt: {k} ran again: {'; '.join(v)}"
+                  for k, v in self.repeats.of_finished.items()]
+        found += [f"idempotency keys differ: {k}" for k in self.repeats.keys_differ]
         found += [f"submission refused or lost: {f}" for f in self.failed_submissions]
         refused = self.permission_violations
         found += [f"permission violation: {line}" for line in refused[:EVIDENCE_SHOWN]]
@@ -234,9 +240,13 @@ def timelines(runs: Sequence[Tracked], logs: dict[str, StoredLog]) -> list[Timel
     return found
 
 
-def ledger_figures(executions: list[Execution]) -> tuple[dict[str, int], int]:
+def ledger_figures(executions: list[Execution],
+                   recorded_at: dict[tuple[str, int, int], float] | None = None,
+                   ) -> tuple[dict[str, int], int, Repeats]:
+    """Deliveries run twice, attempts run more than once, and why they were (``classify``:
+    ``recorded_at`` says when each attempt's result was recorded)."""
     twice = {"/".join(map(str, k)): n for k, n in repeated(executions).items()}
-    return twice, len(redelivered(executions))
+    return twice, len(redelivered(executions)), classify(executions, recorded_at)
 
 
 def render(report: Report) -> str:
@@ -258,6 +268,11 @@ def render(report: Report) -> str:
              f"  executions (ledger)            {report.executions}",
              f"  duplicate executions/delivery  {len(report.duplicates)}",
              f"  attempts run more than once    {report.redeliveries}",
+             f"  (a) repeats, finished attempt  {_count_of(report.repeats)}"
+             f" (must be 0; finished: {report.repeats.finished_from})",
+             f"  (b) repeats, interrupted       {report.repeats.of_interrupted}"
+             f" ({report.repeats.ended_unrecorded} after a tool had returned, unrecorded)",
+             f"  idempotency keys               {_key_check(report.repeats)}",
              f"  permission violations (nodes)  {len(report.permission_violations)}"
              f" (users {'on' if report.config.get('users') else 'off'})",
              "", "  fault kind    count  silence p50   max    worst  (runs that ended; steps "
@@ -286,6 +301,18 @@ def render(report: Report) -> str:
             lines += [f"     {e}" for e in r.evidence[-EVIDENCE_SHOWN:]]
     lines += [f"  note: {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _count_of(repeats: Repeats) -> int:
+    return sum(len(v) for v in repeats.of_finished.values())
+
+
+def _key_check(repeats: Repeats) -> str:
+    """Did every execution of an attempt carry the same key?"""
+    if not repeats.keys_checked:
+        return "not checked (the step context carries no idempotency key)"
+    return (f"{repeats.keys_checked} attempts run more than once, "
+            f"{len(repeats.keys_differ)} with differing keys (must be 0)")
 
 
 def _by_rule(runs: Sequence[RunVerdict]) -> str:
@@ -336,6 +363,12 @@ def to_json(report: Report) -> dict[str, Any]:
         "violations": _by_rule(report.runs),
         "duplicate_executions": len(report.duplicates),
         "redelivered_attempts": report.redeliveries,
+        "repeats_of_finished_attempts": _count_of(report.repeats),
+        "repeats_of_interrupted_attempts": report.repeats.of_interrupted,
+        "repeats_after_an_unrecorded_end": report.repeats.ended_unrecorded,
+        "finished_from": report.repeats.finished_from,
+        "idempotency_keys_checked": report.repeats.keys_checked,
+        "idempotency_keys_differ": len(report.repeats.keys_differ),
         "permission_violations": len(report.permission_violations),
         "users": bool(report.config.get("users")),
         "faults": dict(Counter(f.kind for f in report.faults)),

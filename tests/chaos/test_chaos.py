@@ -1,7 +1,9 @@
 """A short seeded chaos run in the normal suite: 40 runs through two faults of each kind.
 
 It asserts what must hold whatever fails: no run hangs, no answer is wrong, no event log
-breaks a rule, no delivery is executed twice, and, with every process its own NATS user
+breaks a rule, no delivery is executed twice, no attempt is executed again once it had
+finished (its result recorded), every execution of an attempt saw the same idempotency
+key (where the runtime gives one), and, with every process its own NATS user
 (the default), no node refuses any of them anything. ``pytest -s`` prints the report. The long
 version is ``python -m tests.chaos`` (and ``pytest -m chaos`` runs a middle one).
 """
@@ -33,6 +35,8 @@ def _check(report: Report) -> None:
     assert not [r for r in report.runs if r.wrong], render(report)
     assert not [r for r in report.runs if r.violations], render(report)
     assert not report.duplicates, render(report)
+    assert not report.repeats.of_finished, render(report)  # (a): a finished attempt again
+    assert not report.repeats.keys_differ, render(report)
     assert not report.of("refused"), render(report)
     assert not report.failed_submissions, render(report)
     assert report.config["users"], "the chaos suite runs with per-role users"

@@ -18,9 +18,20 @@ from protocols import (
 )
 
 from .faults import Fault
-from .ledger import LEDGER, ledger_output, read_ledger, redelivered, repeated
+from .ledger import LEDGER, classify, ledger_output, read_ledger, redelivered, repeated
 from .observe import StoredLog, Submission, Tracked
-from .report import NO_FAULT, Report, Timeline, judge, render, silences, submission_figures
+from .records import server_time
+from .report import (
+    NO_FAULT,
+    Report,
+    Timeline,
+    judge,
+    ledger_figures,
+    render,
+    silences,
+    submission_figures,
+    to_json,
+)
 from .workload import ANSWER, make_runs, scenario
 
 SPEC = make_runs(seed=3, count=1, path_seconds=4.0)[0]
@@ -133,6 +144,56 @@ def test_the_ledger_tells_a_repeat_from_a_redelivery(tmp_path: Path) -> None:
     executions = read_ledger(tmp_path)
     assert repeated(executions) == {("r", 2, 1, 6, 1): 2}  # one delivery of task 6, twice
     assert redelivered(executions) == {("r", 1, 1): 2, ("r", 2, 1): 2, ("r", 3, 1): 2}
+
+
+def test_repeats_of_a_finished_attempt_are_told_from_repeats_of_an_interrupted_one(
+    tmp_path: Path
+) -> None:
+    """r/1/1 ran again after its record (a); r/2/1 ran again while its first execution was
+    stopped mid-step (b); r/3/1's first execution returned but died before its record, so
+    its repeat is (b) too; r/4/1 ran once."""
+    (tmp_path / LEDGER).write_text(
+        "r/1/1/1 w/a 10 5 start 100.0 k1\nr/1/1/1 w/a 10 5 end 101.0 k1\n"
+        "r/1/1/2 w/b 11 5 start 103.0 k1\nr/1/1/2 w/b 11 5 end 104.0 k1\n"
+        "r/2/1/1 w/a 10 6 start 100.0 k2\nr/2/1/2 w/b 11 6 start 103.0 k2\n"
+        "r/2/1/2 w/b 11 6 end 104.0 k2\nr/3/1/1 w/a 10 7 start 100.0 -\n"
+        "r/3/1/1 w/a 10 7 end 101.0 -\nr/3/1/2 w/b 11 7 start 103.0 -\n"
+        "r/4/1/1 w/b 11 8 start 100.0 k4\nr/4/1/1 w/b 11 8 end 100.5 k4\n")
+    executions = read_ledger(tmp_path)
+    assert [e.ended for e in executions if e.run_id == "r" and e.step_id == 2] == [None, 104.0]
+    recorded = {("r", 1, 1): 101.2, ("r", 2, 1): 104.1, ("r", 4, 1): 100.6}
+    _, redeliveries, repeats = ledger_figures(executions, recorded)
+    assert redeliveries == 3
+    assert list(repeats.of_finished) == ["r/1/1"]
+    assert "w/b pid 11" in repeats.of_finished["r/1/1"][0]
+    assert (repeats.of_interrupted, repeats.ended_unrecorded) == (2, 1)
+    assert repeats.keys_checked == 2 and repeats.keys_differ == []
+    strict = classify(executions, None)  # no records: a tool's return counts as finished
+    assert sorted(strict.of_finished) == ["r/1/1", "r/3/1"] and strict.finished_from == "ledger"
+    report = Report(config={}, runs=[], duplicates={}, redeliveries=redeliveries,
+                    executions=len(executions), faults=[], unavailable={}, silences={},
+                    seconds=0.0, in_flight={}, members={}, repeats=repeats)
+    assert any(p.startswith("repeat of a finished attempt: r/1/1") for p in report.problems())
+    assert "(a) repeats, finished attempt  1" in render(report)
+    summary = to_json(report)["summary"]
+    assert (summary["repeats_of_finished_attempts"],
+            summary["repeats_of_interrupted_attempts"]) == (1, 2)
+
+
+def test_executions_of_one_attempt_with_different_keys_are_a_problem(tmp_path: Path) -> None:
+    (tmp_path / LEDGER).write_text("r/1/1/1 w/a 10 5 start 100.0 k1\n"
+                                   "r/1/1/2 w/b 11 5 start 103.0 k2\n")
+    repeats = classify(read_ledger(tmp_path), {})
+    assert repeats.keys_differ == ["r/1/1"] and repeats.of_interrupted == 1
+    report = Report(config={}, runs=[], duplicates={}, redeliveries=1, executions=2,
+                    faults=[], unavailable={}, silences={}, seconds=0.0, in_flight={},
+                    members={}, repeats=repeats)
+    assert "idempotency keys differ: r/1/1" in report.problems()
+
+
+def test_the_servers_time_stamps_are_read_to_the_microsecond() -> None:
+    assert abs(server_time("2026-11-28T04:21:20.123456789Z") - 1795839680.123456) < 1e-6
+    assert server_time("2026-11-28T04:21:20Z") == 1795839680.0
 
 
 def test_workloads_are_seeded_and_their_outputs_follow_the_tool() -> None:

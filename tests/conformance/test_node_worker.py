@@ -26,6 +26,7 @@ import pytest
 from protocols import (
     OutcomeRefused,
     RunEvent,
+    RunFailed,
     RunFinished,
     RunRequest,
     StepFailed,
@@ -36,6 +37,7 @@ from protocols import (
 from runtime.bus import open_bus
 from runtime.client import follow, submit
 from runtime.config import team_from_dict
+from runtime.nonces import Nonces, planners_secret
 from runtime.testing import Rule, Scenario, open_scripted_model_server
 
 from ..actors.harness import finish, plan_line
@@ -48,7 +50,7 @@ pytestmark = [pytest.mark.anyio, NODE]
 HERE = Path(__file__).parent
 BIG = 700_000
 """Characters of the big output: more than a message may carry (512 KiB)."""
-TOOLS = ["shout", "big", "sleep", "misbehave"]
+TOOLS = ["shout", "big", "sleep", "misbehave", "ticket"]
 
 
 @dataclass
@@ -82,8 +84,10 @@ async def deployment(tmp_path: Path, prefix: str, plan: list[str],
 
 
 async def run_js(secured: Secured, tmp_path: Path, *,
-                 before: Callable[[Secured], Awaitable[None]] | None = None) -> Seen:
-    """One run served by the JavaScript worker (started first), followed to its end."""
+                 before: Callable[[Secured], Awaitable[None]] | None = None,
+                 ended: bool = False) -> Seen:
+    """One run served by the JavaScript worker (started first), followed to its end: it
+    must finish, or with ``ended`` end either way (without replans)."""
     node = nats_js()
     log = tmp_path / "worker.log"
     user = secured.user("jsworker")
@@ -98,7 +102,8 @@ async def run_js(secured: Secured, tmp_path: Path, *,
                 open_bus(secured.settings("client")) as client:
             if before is not None:
                 await before(secured)
-            accepted = await submit(client, RunRequest(goal="shout"))
+            accepted = await submit(client, RunRequest(goal="shout",
+                                                       max_replans=0 if ended else 1))
             with anyio.move_on_after(90):
                 async for event in follow(client, accepted.run_id):
                     events.append(event)
@@ -111,7 +116,8 @@ async def run_js(secured: Secured, tmp_path: Path, *,
             worker.kill()
     text = log.read_text()
     assert worker.returncode == 0, text
-    assert events and isinstance(events[-1], RunFinished), "\n".join(map(repr, events))
+    assert events and isinstance(events[-1], RunFinished | RunFailed if ended else RunFinished), \
+        "\n".join(map(repr, events))
     assert "violation" not in secured.server.log_tail(400).lower()
     return Seen(events, text)
 
@@ -241,3 +247,38 @@ async def test_a_missing_object_is_named_to_its_sender_and_fails_an_output_ref_a
     told = [line for line in seen.log.splitlines() if line.startswith("missing_envelope")]
     assert told and "/gone" in told[0], seen.log
     assert any("/gone" in e.reason for e in seen.of(OutcomeRefused)), seen.events
+
+
+async def test_the_worker_hands_its_tools_the_attempts_idempotency_key(
+    tmp_path: Path, prefix: str
+) -> None:
+    """The key in the task (``idempotency_key``) is the one the planners compute for the
+    attempt, and it reaches the tool (which would send it as ``Idempotency-Key``)."""
+    plan = [plan_line(1, role="jsworker", tool="ticket", args={"text": "printer"})]
+    async with deployment(tmp_path, prefix, plan) as secured:
+        seen = await run_js(secured, tmp_path)
+        keys = Nonces(planners_secret(secured.settings("planner")))
+    run_id = seen.events[0].run_id
+    assert seen.finished[1].output == \
+        f"TICKET printer Idempotency-Key: {keys.idempotency(run_id, 1, 1)}"
+
+
+async def test_a_once_step_that_timed_out_is_not_run_again_by_the_worker(
+    tmp_path: Path, prefix: str
+) -> None:
+    """A role with ``effects = "once"``: its first attempt runs past its timeout (the
+    worker answers ``cause`` ``timeout``); the next carries that attempt's key in
+    ``check_keys``, and the worker, whose tools cannot check by key, answers
+    ``outcome_unknown`` instead of acting again."""
+    plan = [plan_line(1, role="jsworker", tool="misbehave", args={"how": "slow", "text": "t"},
+                      timeout=1)]
+    async with deployment(tmp_path, prefix, plan, effects="once") as secured:
+        seen = await run_js(secured, tmp_path, ended=True)
+        keys = Nonces(planners_secret(secured.settings("planner")))
+    first = keys.idempotency(seen.events[0].run_id, 1, 1)
+    failed = seen.of(StepFailed, 1)
+    assert [(e.attempt, e.cause, e.will_retry) for e in failed] == [
+        (1, "error", True), (2, "outcome_unknown", False)], failed
+    assert "timed out" in failed[0].error and first in failed[0].error
+    assert first in failed[1].error and "person" in failed[1].error
+    assert not seen.finished

@@ -4,7 +4,9 @@
 // refusals of what it sent on its own error subject.
 //
 // Tools: shout {text} (upper-cases it), big {size} (that many "x": sent by reference),
-// sleep {seconds, text} (waits, then shouts), misbehave {how, text} (below: tests only).
+// sleep {seconds, text} (waits, then shouts), ticket {text} (opens a ticket the way an API
+// with idempotency keys would be asked: the answer names the Idempotency-Key it sent),
+// misbehave {how, text} (below: tests only).
 // Settings from the environment: NATS_URL, NATS_USER, NATS_PASSWORD, PLANCAST_PREFIX, ROLE,
 // PLANCAST_MAX_MESSAGE_BYTES (the deployment's, 512 KiB by default), CONCURRENCY (4).
 import { createHash, randomBytes } from "node:crypto";
@@ -136,6 +138,9 @@ const tools = {
   shout: async (args) => String(args.text).toUpperCase(),
   big: async (args) => "x".repeat(Number(args.size)),
   sleep: async (args) => { await sleep(Number(args.seconds) * 1000); return tools.shout(args); },
+  // A real one would POST with the header `Idempotency-Key: <key>`: a redelivery of the
+  // attempt then opens no second ticket.
+  ticket: async (args, how, key) => `TICKET ${args.text} Idempotency-Key: ${key}`,
   misbehave: async (args, how) => { // "slow": past the step's timeout (its deadline test)
     if (how === "slow") await new Promise((ok) => setTimeout(ok, 3600e3).unref());
     return tools.shout(args);
@@ -183,7 +188,8 @@ async function handle(msg) {
   if (task?.type !== "step.task") return deadLetter(msg, `not a step.task: ${task?.type}`);
   const d = msg.info.deliveryCount;
   const s = msg.info.streamSequence;
-  const { run_id, step, attempt, nonce = "" } = task;
+  const { run_id, step, attempt, nonce = "", idempotency_key = "", effects = "",
+          check_keys = [] } = task;
   const key = `${run_id}/${step.id}/${attempt}/${s}/${d}/${nonce}`;
   const results = `${prefix}.result.${run_id}.${role}`;
   if (task.deadline && Date.now() / 1000 > task.deadline) { msg.ack(); return; }
@@ -199,15 +205,26 @@ async function handle(msg) {
   const working = setInterval(() => msg.working(), ackWaitMs / 3); // in progress
   const startedAt = Date.now() / 1000;
   let outcome;
+  // effects "once": an earlier execution (an interrupted attempt the planner names, or this
+  // attempt's own first delivery) may have acted, and these tools cannot check by key: the
+  // step is not run again blindly, a person must look.
+  const unsettled = effects === "once"
+    ? [...check_keys, ...(d > 1 && idempotency_key ? [idempotency_key] : [])] : [];
   try {
     const tool = tools[step.tool];
     if (!tool) throw new Error(`unknown tool ${step.tool}`);
-    outcome = { ok: true, ...(await output(await within(task.timeout,
-                                                        tool(step.args ?? {}, how)),
-                                          run_id)) };
+    if (unsettled.length) {
+      outcome = { ok: false, retryable: false, cause: "outcome_unknown",
+                  error: `outcome unknown: an earlier execution may have acted (idempotency `
+                         + `key ${unsettled.join(", ")}); not run again: a person must check` };
+    } else {
+      outcome = { ok: true, ...(await output(await within(
+        task.timeout, tool(step.args ?? {}, how, idempotency_key)), run_id)) };
+    }
   } catch (err) {
-    outcome = { ok: false, error: String(err.message ?? err),
-                retryable: String(err.message).startsWith("timed out") };
+    const timedOut = String(err.message).startsWith("timed out");
+    outcome = { ok: false, error: String(err.message ?? err), retryable: timedOut,
+                ...(timedOut ? { cause: "timeout" } : {}) };
   } finally {
     inFlight.delete(`${run_id}/${step.id}`);
   }

@@ -197,7 +197,8 @@ async def test_a_stalled_executors_late_result_is_rejected(
         step1 = await step_record(d.bus, accepted.run_id, 1)
     assert isinstance(done, StepFinished) and pid_of(done.executor) != stalled
     stale = [r for r in late if pid_of(r.executor) == stalled]
-    assert len(stale) == 1 and stale[0].ok  # it did publish, after the other finished
+    assert len(stale) == 1 and stale[0].ok  # it did publish, after the other finished,
+    assert stale[0].output == done.output  # the outcome recorded first (the other's)
     assert len(events.of(StepFinished, 1)) == 1  # duplicate outcomes: 0
     assert step1.executor == done.executor
     assert pid_of(f"worker/{silent[0].instance}") == stalled and "silent for" in silent[0].reason

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from runtime.tools import FunctionTool, current_step
+from runtime.tools import FunctionTool, ToolError, current_step
 
 
 class GateArgs(msgspec.Struct, frozen=True):
@@ -58,8 +58,61 @@ async def die(args: Nothing) -> str:
     raise AssertionError("unreachable")
 
 
+class KeyedArgs(msgspec.Struct, frozen=True):
+    name: str
+    fail_redelivered: bool = False
+    """Attempt 1's redelivery fails before acting (a known failure: a deliberate retry)."""
+
+
+async def keyed(args: KeyedArgs) -> str:
+    """Notes the idempotency key each execution sees (``<name>.keys``: attempt, delivery,
+    key), then holds attempt 1's first delivery until ``<name>.release``."""
+    ctx = current_step.get()
+    assert ctx is not None, "keyed runs only inside a step"
+    with (_dir() / f"{args.name}.keys").open("a") as keys:
+        keys.write(f"{ctx.attempt} {ctx.delivery} {ctx.idempotency_key}\n")
+    (_dir() / f"{args.name}.{ctx.attempt}.{ctx.delivery}.started").write_text(str(os.getpid()))
+    if (ctx.attempt, ctx.delivery) == (1, 1):
+        while not (_dir() / f"{args.name}.release").exists():
+            await anyio.sleep(0.05)
+    if args.fail_redelivered and ctx.attempt == 1 and ctx.delivery > 1:
+        raise ToolError("refused before acting (a test's known failure)")
+    return f"{args.name} done"
+
+
+async def effect(args: GateArgs) -> str:
+    """A side effect keyed by the idempotency key: ``effects.txt`` gets ``key output``
+    (the act), then attempt 1's first delivery waits for ``<name>.release``."""
+    ctx = current_step.get()
+    assert ctx is not None, "effect runs only inside a step"
+    output = f"{args.name} acted in attempt {ctx.attempt}"
+    with (_dir() / "effects.txt").open("a") as effects:
+        effects.write(f"{ctx.idempotency_key} {output}\n")
+    (_dir() / f"{args.name}.{ctx.attempt}.{ctx.delivery}.started").write_text(str(os.getpid()))
+    if (ctx.attempt, ctx.delivery) == (1, 1):
+        while not (_dir() / f"{args.name}.release").exists():
+            await anyio.sleep(0.05)
+    return output
+
+
+async def check_effect(key: str) -> str | None:
+    """``effect``'s check hook: the output of the act done under ``key``, if any."""
+    path = _dir() / "effects.txt"
+    lines = path.read_text().splitlines() if path.exists() else []
+    with (_dir() / "checked.txt").open("a") as checked:
+        checked.write(f"{key}\n")
+    return next((line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == key),
+                None)
+
+
 def kill_test_tools() -> list[FunctionTool[Any]]:
     return [
+        FunctionTool(keyed, name="keyed", description="notes its idempotency key",
+                     args_type=KeyedArgs),
+        FunctionTool(effect, name="effect", description="acts once per key",
+                     args_type=GateArgs),
+        FunctionTool(effect, name="checked_effect", description="acts once per key; can "
+                     "check by key", args_type=GateArgs, check=check_effect),
         FunctionTool(gate, name="gate", description="a step the test controls",
                      args_type=GateArgs),
         FunctionTool(crash, name="crash", description="raises", args_type=Nothing),
