@@ -135,12 +135,16 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
     seen: set[int] = set()
     spent: dict[str, Usage] = {}  # per source, since its step's last dispatch or failure
     expected, lost = next_seq, False  # lost: a number before this one was never stored
+    # Numbers an earlier takeover declared lost stay lost, even stored: that owner went on
+    # without them, and readers drop them (c46-0145: a replay of steps without a record
+    # reached back past a ``run.resumed`` and revived a finish it had declared lost).
+    declared = {n for event, _ in tail if isinstance(event, RunResumed) for n in event.skipped}
     # In the order they were numbered, not stored: a pipelined event whose first try went
     # unanswered is stored again after events sent later (``Bus.settle``), so a step's end
     # can stand before its dispatch in the stream (chaos seed 7, run c7-0004).
     for event, fence in sorted(tail, key=lambda item: item[0].seq):
         early = event.seq < next_seq  # only a replayed step's: the rest is in the state
-        if early and _step_of(event) not in replayed:
+        if early and (_step_of(event) not in replayed or event.seq in declared):
             continue
         if not early:
             # The fence stops an owner's writes only once the run is taken over: a write
@@ -150,7 +154,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
             lost = not isinstance(event, RunResumed) and (lost or event.seq > expected)
             expected = max(expected, event.seq + 1)
             out.last_seq = max(out.last_seq, event.seq)
-            if lost:
+            if lost or event.seq in declared:
                 continue
             seen.add(event.seq)
         key = identity(event)
@@ -238,7 +242,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                     | StepFailed():
                 pass  # their messages come again and re-derive them, without a new event
     state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
-    out.skipped = [n for n in range(next_seq, out.last_seq + 1) if n not in seen]
+    out.skipped = [n for n in range(next_seq, out.last_seq + 1)
+                   if n not in seen and n not in declared]
     return out
 
 

@@ -169,8 +169,9 @@ def test_events_stored_after_a_lost_one_do_not_count() -> None:
     (10, 11) were lost in a failover, the worker's claim of step 2 (12) was stored, then the
     run was taken over. The claim rests on a dispatch the log lacks: it is not folded (step
     2 waits to be dispatched), not announced (the claim, when it comes again, is told after
-    the new dispatch), and listed as skipped, so readers drop it too. The next owner's own
-    events (its ``run.resumed`` on) count again."""
+    the new dispatch), and listed as skipped, so readers drop it too (here the tail holds
+    the ``run.resumed`` that listed it: not listed again). The next owner's own events (its
+    ``run.resumed`` on) count again."""
     state = saved((step(1), StepState.RUNNING), (step(2, 1), StepState.PENDING), closed=True)
     claim = StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a", delivery=1,
                         heartbeat=0.5)
@@ -180,10 +181,44 @@ def test_events_stored_after_a_lost_one_do_not_count() -> None:
                   RunResumed(run_id=RUN, planner="p/2", previous="p/1", skipped=[10, 11, 12]),
                   StepFinished(run_id=RUN, step_id=1, attempt=1, output="one"))
     out = fold(state, events[2:], next_seq=10)
-    assert out.skipped == [10, 11, 12] and out.last_seq == 14
+    assert out.skipped == [] and out.last_seq == 14
+    assert fold(saved((step(1), StepState.RUNNING), (step(2, 1), StepState.PENDING),
+                      closed=True), events[2:3], next_seq=10).skipped == [10, 11, 12]
     assert identity(claim) not in out.announced | out.told
     assert state.scheduler.state(1) is StepState.DONE  # the new owner's finish (14) counts
     assert state.scheduler.state(2) is StepState.READY and not state.meta[2].claimants
+
+
+def test_a_replay_does_not_revive_what_an_earlier_takeover_declared_lost() -> None:
+    """Chaos seed 46, run c46-0145: the first owner's events 10-14 were never stored, its
+    step 1 finish and step 2 dispatch (15, 16) were; the second owner declared 10-16 lost
+    (17) and saved no record of steps 1 and 2. The third owner replays those steps from
+    their planned events, which reaches back past 17: the finish and the dispatch it
+    declared lost are not applied (readers drop them), so step 1 waits for its result to
+    come again and be told anew, and step 2 for its dispatch; nothing is declared again."""
+    state = saved()
+    finish = StepFinished(run_id=RUN, step_id=1, attempt=1, output="one")
+    numbered = [(3, StepPlanned(run_id=RUN, round=0, step=step(1))),
+                (4, StepDispatched(run_id=RUN, step_id=1, role="worker", attempt=1)),
+                (5, StepStarted(run_id=RUN, step_id=1, attempt=1, executor="worker/a",
+                                delivery=1, heartbeat=0.5)),
+                (6, StepPlanned(run_id=RUN, round=0, step=step(2, 1))),
+                (15, finish),
+                (16, StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1)),
+                (17, RunResumed(run_id=RUN, planner="p/2", previous="p/1",
+                                skipped=list(range(10, 17))))]
+    events = [(msgspec.structs.replace(e, seq=n), 7) for n, e in numbered]
+    out = fold(state, events, next_seq=18, replayed={1, 2})
+    s = state.scheduler
+    assert s.state(1) is StepState.RUNNING and state.meta[1].claimants == {"worker/a#1"}
+    assert s.state(2) is StepState.PENDING
+    assert identity(finish) not in out.announced | out.told
+    assert out.skipped == [] and out.last_seq == 17 and out.republish == {}
+    # Past the replay too: numbers declared lost are not folded nor declared again.
+    state = saved((step(1), StepState.RUNNING), (step(2, 1), StepState.PENDING))
+    out = fold(state, tail(finish, RunResumed(run_id=RUN, planner="p/2", previous="p/1",
+                                              skipped=[10])), next_seq=10)
+    assert state.scheduler.state(1) is StepState.RUNNING and out.skipped == []
 
 
 def early(*events: RunEvent, first: int = 3, fence: int = 7) -> list[tuple[RunEvent, int]]:
