@@ -26,7 +26,7 @@ FAST = {"PLANCAST_ACK_WAIT": "1.5", "PLANCAST_RUN_LEASE": "1.5",
 """Short timings so a redelivery or a takeover happens within seconds."""
 
 
-def team_toml(base_url: str) -> str:
+def team_toml(base_url: str, worker_concurrency: int = 1) -> str:
     """Planner and synthesizer on the scripted model; a tool-only ``worker`` role."""
     inline = f'{{ model = "scripted", base_url = "{base_url}" }}'
     return f"""
@@ -41,6 +41,7 @@ model = {inline}
 [roles.worker]
 tools = ["gate", "echo", "sleep", "crash", "die"]
 tool_steps_only = true
+concurrency = {worker_concurrency}
 
 [roles.local]
 tools = ["echo"]

@@ -67,12 +67,12 @@ def echo(step_id: int, text: str) -> dict[str, Any]:
 @asynccontextmanager
 async def deployment(nats_url: str, prefix: str, tmp_path: Path, plan: list[dict[str, Any]],
                      *, here: list[str], children: list[tuple[str, dict[str, str]]],
-                     ) -> AsyncIterator[Deployment]:
+                     worker_concurrency: int = 1) -> AsyncIterator[Deployment]:
     """The roles ``here`` in this process; each of ``children`` (roles, extra environment)
     in a runner process of its own."""
     async with open_scripted_model_server(plan_scenario(plan)) as model:
         team_file = tmp_path / "team.toml"
-        team_file.write_text(team_toml(model.base_url))
+        team_file.write_text(team_toml(model.base_url, worker_concurrency))
         env = env_for(nats_url, prefix, tmp_path)
         settings = Settings(nats_url=nats_url, prefix=prefix, ack_wait=1.5, run_lease=1.5,
                             heartbeat_interval=0.5)
@@ -164,6 +164,37 @@ async def test_a_takeover_resending_a_finished_attempts_task_does_not_execute_it
             (tmp_path / "g.release").touch()
             finished = await events.finished()
         await work_settled(d.bus, delivered=3)  # step 1, step 1 again, step 2
+    assert len(executions(tmp_path, accepted.run_id, 1)) == 1
+    assert [e.output for e in events.of(StepFinished, 1)] == ["g passed"]
+    assert finished.answer == "all done"
+
+
+async def test_a_task_delivered_again_while_its_attempt_runs_here_waits_for_that_run(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """As above, but step 1 still runs when its task comes again, to the same executor:
+    the second delivery waits for the first execution's record and sends its result; the
+    step runs once (``actors.finished.InHand``: its claim alone would not tell a running
+    execution from one that died)."""
+    plan = [gate(1, "g"), echo(2, "got $1")]
+    planner = {"PLANCAST_TEST_DIE": "before-save:g", "PLANCAST_RUN_LEASE": "4"}
+    async with deployment(nats_url, prefix, tmp_path, plan, here=["synthesizer"],
+                          children=[("planner", planner), ("planner", planner),
+                                    ("worker", {})], worker_concurrency=2) as d:
+        work = stream_name(prefix, Stream.WORK)
+        config = (await d.bus.js.stream_info(work)).config
+        await d.bus.js.update_stream(replace(config, duplicate_window=0.5))
+        accepted = await submit(d.bus, RunRequest(goal="a takeover mid-step"), timeout=30)
+        async with following(d.bus, accepted.run_id) as events:
+            await appears(tmp_path / "died-before-save")
+            await appears(tmp_path / "g.1.started")
+            with anyio.fail_after(WAIT):  # the new owner's task reached the executor
+                while (await d.bus.js.consumer_info(work, "step-worker")
+                       ).delivered.consumer_seq < 2:
+                    await anyio.sleep(0.1)
+            (tmp_path / "g.release").touch()
+            finished = await events.finished()
+        await work_settled(d.bus, delivered=3)
     assert len(executions(tmp_path, accepted.run_id, 1)) == 1
     assert [e.output for e in events.of(StepFinished, 1)] == ["g passed"]
     assert finished.answer == "all done"
