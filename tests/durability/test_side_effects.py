@@ -6,6 +6,7 @@ stopped with real signals; the planner and the synthesizer run here.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,7 +30,7 @@ from runtime.bus import Bus
 from runtime.client import submit
 from runtime.config import Settings, load_team
 from runtime.nonces import Nonces
-from runtime.testing import open_scripted_model_server
+from runtime.testing import Scenario, open_scripted_model_server, parse_scenario
 from runtime.tools import builtin_tools
 from runtime.worker import open_deployment
 
@@ -65,6 +66,11 @@ effects = "once"
 [tools.checked_effect]
 effects = "once"
 
+[roles.clerk]
+model = {inline}
+tools = ["effect"]
+effects = "once"
+
 [timeouts]
 heartbeat = 30
 """
@@ -78,8 +84,10 @@ class Deployment:
 
 @asynccontextmanager
 async def deployment(tmp_path: Path, nats_url: str, prefix: str, plan: list[dict[str, Any]],
-                     *, ack_wait: str = "1.5", worker: str = "") -> AsyncIterator[Deployment]:
-    async with open_scripted_model_server(plan_scenario(plan)) as model:
+                     *, ack_wait: str = "1.5", worker: str = "", role: str = "worker",
+                     scenario: Scenario | None = None) -> AsyncIterator[Deployment]:
+    """The planner and synthesizer here, two executors of ``role`` in child processes."""
+    async with open_scripted_model_server(scenario or plan_scenario(plan)) as model:
         path = tmp_path / "team.toml"
         path.write_text(team_toml(model.base_url, worker))
         env = {**env_for(nats_url, prefix, tmp_path), "PLANCAST_ACK_WAIT": ack_wait}
@@ -88,7 +96,7 @@ async def deployment(tmp_path: Path, nats_url: str, prefix: str, plan: list[dict
         try:
             async with open_deployment(settings, load_team(path), builtin_tools(),
                                        roles=["planner", "synthesizer"]) as bus:
-                procs = [await spawn(path, "worker", env) for _ in range(2)]
+                procs = [await spawn(path, role, env) for _ in range(2)]
                 yield Deployment(bus, tmp_path)
         finally:
             for proc in procs:
@@ -199,3 +207,32 @@ async def test_a_once_steps_redelivery_after_a_kill_is_not_run_blindly(
     assert acts(d.test_dir) == [f"{key} charge acted in attempt 1"]
     [unknown] = events.of(StepFailed, 1)
     assert unknown.attempt == 1 and unknown.cause == "outcome_unknown" and key in unknown.error
+
+
+async def test_an_agent_step_of_a_once_role_is_not_run_again_after_a_kill(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The role says ``effects = "once"``; its agent step (a model choosing the tool) acts
+    and its executor is killed: the redelivery cannot ask a tool whether it was done (an
+    agent may have called any of its tools, or none), so it fails ``outcome_unknown``
+    without calling the model again."""
+    plan = [{"id": 1, "role": "clerk", "instruction": "send the mail once"}]
+    scenario = parse_scenario(json.dumps({"rules": [
+        {"role": "planner", "lines": [json.dumps(line) for line in plan]},
+        {"role": "clerk", "turn": 1,
+         "tool_calls": [{"name": "effect", "arguments": {"name": "mail"}}]},
+        {"role": "clerk", "text": "mail sent"},
+        {"role": "synthesizer", "text": json.dumps({"action": "finish", "answer": "done"})},
+    ]}), fmt="json")
+    async with deployment(tmp_path, nats_url, prefix, plan, role="clerk",
+                          scenario=scenario) as d:
+        accepted = await submit(d.bus, RunRequest(goal="mail once", max_replans=0))
+        async with following(d.bus, accepted.run_id) as events:
+            await appears(d.test_dir / "mail.1.1.started")  # the agent's tool acted
+            os.kill(int((d.test_dir / "mail.1.1.started").read_text()), signal.SIGKILL)
+            await events.until(lambda e: isinstance(e, RunFailed))
+    key = KEYS.idempotency(accepted.run_id, 1, 1)
+    assert acts(d.test_dir) == [f"{key} mail acted in attempt 1"]
+    [unknown] = events.of(StepFailed, 1)
+    assert unknown.attempt == 1 and unknown.cause == "outcome_unknown" and key in unknown.error
+    assert "an agent step cannot be checked" in unknown.error
