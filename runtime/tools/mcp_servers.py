@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 
 from ..config import McpServerConfig, TeamConfigError
+from .context import current_step
 from .errors import ToolArgumentsError, ToolError
 from .sandbox import _system_binds, find_bwrap
 
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 PING_INTERVAL = 2.0
 """Seconds between pings of an idle server: how soon a death nobody called into is seen."""
 PING_TIMEOUT = 10.0
+IDEMPOTENCY_META = "plancast/idempotency-key"
+"""The ``_meta`` key of a call made inside a step: the attempt's idempotency key, the same
+on every execution of the attempt (``StepContext.idempotency_key``), so a server whose
+tool acts on the world can do it once."""
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 STABLE = 60.0
@@ -181,8 +186,11 @@ class McpServer:
             when = f" (next try in {wait:.1f}s)" if wait > 0 else ""
             raise ToolError(f"MCP server {self.name!r} is down: {self._down}; it is being "
                             f"started again{when}")
+        step = current_step.get()
+        meta: Any = {IDEMPOTENCY_META: step.idempotency_key} \
+            if step is not None and step.idempotency_key else None
         try:
-            return await session.call_tool(tool, args)
+            return await session.call_tool(tool, args, meta=meta)
         except MCPError as exc:
             if exc.code == INVALID_PARAMS:  # the arguments' fault: the same ones fail again
                 raise ToolArgumentsError(f"MCP server {self.name!r} refused the arguments of "

@@ -5,7 +5,8 @@ Its tools: ``add`` (two integers), ``lookup`` (a fact from a fixed table; an unk
 an ``isError`` result), ``square`` (a negative count is a JSON-RPC invalid-params
 error), ``slow`` (sleeps, writing its process id to ``$MCP_TEST_MARKER``
 first so a test knows the call is in hand), ``read_text`` (a file's text: what a sandbox
-hides) and ``pid`` (its process id: a restarted server answers with another).
+hides) ``pid`` (its process id: a restarted server answers with another) and ``key_seen`` (the
+idempotency key a call carries in its ``_meta``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
@@ -60,6 +61,12 @@ async def read_text(path: str) -> str:
         return await anyio.Path(path).read_text()
     except OSError as exc:
         raise ToolError(f"cannot read {path}: {exc.strerror}") from None
+
+
+@server.tool(description="The idempotency key the call carries in its _meta, if any.")
+def key_seen(ctx: Context) -> str:  # type: ignore[type-arg]
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("plancast/idempotency-key", "none"))
 
 
 @server.tool(description="The server's process id.")

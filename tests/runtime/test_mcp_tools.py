@@ -19,7 +19,15 @@ import anyio
 import pytest
 
 from runtime.config import TeamConfigError, team_from_dict
-from runtime.tools import McpTool, ToolArgumentsError, ToolError, ToolRegistry, open_mcp_tools
+from runtime.tools import (
+    McpTool,
+    StepContext,
+    ToolArgumentsError,
+    ToolError,
+    ToolRegistry,
+    current_step,
+    open_mcp_tools,
+)
 
 from ..mcp import SERVER, filesystem_server, http_server, kill_in_call, stdio_server
 from ..needs import BWRAP
@@ -66,6 +74,19 @@ async def test_an_invalid_params_error_is_the_arguments_fault() -> None:
             await square.run({"n": -1})
 
 
+async def test_a_call_inside_a_step_carries_the_attempts_idempotency_key() -> None:
+    """In ``_meta`` (``plancast/idempotency-key``): a server acting on the world can do the
+    attempt's act once; a call outside a step carries none."""
+    async with open_mcp_tools(team({"t": stdio_server()}, ["t__key_seen"])) as (key_seen,):
+        assert await key_seen.run({}) == "none"
+        token = current_step.set(StepContext("run-1", 3, 2, 1, "worker/a",
+                                             idempotency_key="pk-attempt-2"))
+        try:
+            assert await key_seen.run({}) == "pk-attempt-2"
+        finally:
+            current_step.reset(token)
+
+
 async def test_a_server_killed_mid_call_fails_the_call_with_a_reason_and_comes_back(
         tmp_path: Path) -> None:
     marker = tmp_path / "in-call"
@@ -105,7 +126,7 @@ async def test_a_tool_the_server_does_not_offer_is_one_line_at_start_up() -> Non
             pass  # pragma: no cover
     assert str(caught.value) == (
         "role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' "
-        "(its tools: add, lookup, pid, read_text, slow, square)")
+        "(its tools: add, key_seen, lookup, pid, read_text, slow, square)")
 
 
 async def test_a_server_that_does_not_start_is_one_line_at_start_up() -> None:
@@ -178,7 +199,7 @@ tool_steps_only = true
     assert done.returncode == 2, said
     assert said == (
         "error: role 'worker' lists tool 't__nope', but MCP server 't' does not offer 'nope' (its "
-        "tools: add, lookup, pid, read_text, slow, square)")
+        "tools: add, key_seen, lookup, pid, read_text, slow, square)")
     assert "Traceback" not in said
 
 
@@ -199,8 +220,8 @@ tool_steps_only = true
     (listed,) = json.loads(done.stdout)["mcp"]
     assert listed["server"] == "t" and listed["error"] == ""
     tools = {t["name"]: t["roles"] for t in listed["tools"]}
-    assert tools == {"add": ["worker"], "lookup": [], "pid": [], "read_text": [], "slow": [],
-                     "square": []}
+    assert tools == {"add": ["worker"], "key_seen": [], "lookup": [], "pid": [], "read_text": [],
+                     "slow": [], "square": []}
 
 
 async def test_a_tool_name_that_does_not_fit_is_one_line_at_start_up() -> None:
