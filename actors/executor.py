@@ -19,16 +19,20 @@ from typing import Any, ClassVar
 
 import anyio
 import msgspec
+from anyio.abc import TaskStatus
 
 from actors.finished import Begun, FinishedSteps, InHand, Recorded
 from actors.outbox import Outbox
 from protocols import (
+    UNREADABLE,
     Message,
     StepClaimed,
     StepResult,
+    StepStop,
     StepTask,
     Stream,
     Verb,
+    decode,
     encode,
     object_space,
 )
@@ -112,11 +116,35 @@ class Executor(StepRole):
         else:
             running, recorded = self.in_hand.start(task), None
             try:
-                result, msg_id = await self._run(task, delivery, ctx, claim, results)
+                with anyio.CancelScope() as running.scope:
+                    result, msg_id = await self._run(task, delivery, ctx, claim, results)
+                if running.stopped:  # its planner gave it up: nobody wants an answer
+                    log.info("%s: stopped step %d attempt %d of run %s: %s", self.name,
+                             task.step.id, task.attempt, task.run_id, running.stopped)
+                    return
+                running.scope = None  # a stop that comes while it is recorded is too late
                 done = recorded = await self._record(task, result, msg_id, begun)
             finally:
                 self.in_hand.end(task, running, recorded)
         await self._send_result(results, done)
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve the role's steps, hearing the planners' stops of attempts they gave up."""
+        stops = await self.bus.nc.subscribe(self.bus.subject(Verb.STOP, self.name),
+                                            cb=self._heard_stop)
+        try:
+            await super().serve(task_status=task_status)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stops.unsubscribe()
+
+    async def _heard_stop(self, msg: Any) -> None:
+        try:
+            stop = decode(msg.data, StepStop)
+        except UNREADABLE as exc:
+            log.debug("%s: ignoring an unreadable stop (%s)", self.name, exc)
+            return
+        self.in_hand.stop(stop)
 
     def _context(self, task: StepTask, delivery: Delivery) -> StepContext:
         """What the step's tools see of it."""

@@ -28,6 +28,7 @@ from protocols import (
     UNREADABLE,
     StepClaimed,
     StepResult,
+    StepStop,
     StepTask,
     Stream,
     Verb,
@@ -36,6 +37,7 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import EXPECT_SEQ, RETRY_CAP, TRANSIENT, Bus, Fenced, NotFoundError
+from runtime.nonces import Nonces
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +169,8 @@ class FinishedSteps:
 class InHand:
     """The executions of one process still running or recording: a task of an attempt this
     process already runs (delivered again while its record waits out a failover) waits for
-    that execution's record instead of running the step a second time."""
+    that execution's record instead of running the step a second time; an attempt its
+    planner gave up is stopped (``StepStop``)."""
 
     def __init__(self) -> None:
         self._running: dict[tuple[str, int, int], _Running] = {}
@@ -176,8 +179,19 @@ class InHand:
         return self._running.get(_attempt(task))
 
     def start(self, task: StepTask) -> _Running:
-        running = self._running[_attempt(task)] = _Running()
+        running = self._running[_attempt(task)] = _Running(task.nonce)
         return running
+
+    def stop(self, stop: StepStop) -> bool:
+        """Cancel the execution of the attempt ``stop`` names, if it runs here and the stop
+        carries its task's nonce; whether one was stopped."""
+        running = self._running.get((stop.run_id, stop.step_id, stop.attempt))
+        if running is None or running.scope is None \
+                or not Nonces.same(stop.nonce, running.nonce):
+            return False
+        running.stopped = stop.reason or "its planner gave it up"
+        running.scope.cancel()
+        return True
 
     def end(self, task: StepTask, running: _Running, recorded: Recorded | None) -> None:
         running.recorded = recorded
@@ -187,10 +201,15 @@ class InHand:
 
 
 class _Running:
-    def __init__(self) -> None:
+    def __init__(self, nonce: str) -> None:
+        self.nonce = nonce
         self.done = anyio.Event()
         self.recorded: Recorded | None = None
         """Its record, once written (None: it failed before)."""
+        self.scope: anyio.CancelScope | None = None
+        """Around the execution itself (not its record): cancelled by a stop."""
+        self.stopped = ""
+        """Why it was stopped, if it was."""
 
 
 def _attempt(task: StepTask) -> tuple[str, int, int]:

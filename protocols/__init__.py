@@ -49,6 +49,7 @@ from .messages import RunRequest as RunRequest
 from .messages import StepClaimed as StepClaimed
 from .messages import StepOutcomes as StepOutcomes
 from .messages import StepResult as StepResult
+from .messages import StepStop as StepStop
 from .messages import StepTask as StepTask
 from .messages import SynthesisDecision as SynthesisDecision
 from .messages import SynthesisTask as SynthesisTask
@@ -155,6 +156,7 @@ __all__ = (
     "StepReviewing",
     "StepStarted",
     "StepStatus",
+    "StepStop",
     "StepTask",
     "Stream",
     "SynthesisDecision",

@@ -142,6 +142,25 @@ class StepClaimed(Message, frozen=True, kw_only=True, tag="step.claimed"):
     Required: the planner refuses an answer without it (``runtime.nonces``)."""
 
 
+class StepStop(Message, frozen=True, kw_only=True, tag="step.stop"):
+    """The run's planner gave this attempt up (the run failed or was cancelled, the attempt
+    ran out of time, a replan dropped it): the executor running it stops and answers
+    nothing. Core NATS on ``<prefix>.stop.<role>``, best effort: an executor that misses it
+    runs the attempt to its end, and its result is refused."""
+
+    run_id: RunId
+    """The run."""
+    step_id: StepId
+    """The step."""
+    attempt: int
+    """The attempt given up."""
+    reason: str = ""
+    """Why, as the run's events say it."""
+    nonce: str = ""
+    """The attempt's task ``nonce``: a stop counts only with it (only the task's sender and
+    its executors know it)."""
+
+
 class StepResult(Message, frozen=True, kw_only=True, tag="step.result"):
     """An executor's outcome for one attempt of one step."""
 

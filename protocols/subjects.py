@@ -47,6 +47,9 @@ class Verb(enum.Enum):
     """``dead.<kind>``: raw payloads no actor could handle, kept for inspection."""
     HEARTBEAT = ("heartbeat", 2)
     """``heartbeat.<role>.<instance>``: liveness (core NATS)."""
+    STOP = ("stop", 1)
+    """``stop.<role>``: the planner tells a role's executors to stop an attempt it gave up
+    (core NATS; ``StepStop``)."""
     FENCE = ("fence", 1)
     """``fence.<run_id>``: who owns a run; its events are fenced on it (events stream)."""
     FINISHED = ("finished", 4)

@@ -403,9 +403,9 @@ async def _replan_request(run: RunOps, request: ReplanRequest) -> None:
         return
     attempt = request.attempt or (run.scheduler.attempt(sid) if run.state_of(sid) else 0)
     if run.current(sid, attempt):
-        await forget(run, [sid])
-        await step_failed(run, run.scheduler.step(sid), attempt,
-                          f"{request.source}: {request.reason}", False, "dead_letter")
+        reason = f"{request.source}: {request.reason}"
+        await forget(run, [sid], reason)
+        await step_failed(run, run.scheduler.step(sid), attempt, reason, False, "dead_letter")
 
 
 def _spender(report: WorkError) -> str:

@@ -180,7 +180,7 @@ class Run:
             async with self.lock:
                 dropped = [s.id for s in self.scheduler.steps
                            if self.scheduler.state(s.id) is StepState.RUNNING]
-                await steps.forget(self, dropped)
+                await steps.forget(self, dropped, f"a replan dropped it: {reason}")
                 self.scheduler.new_round()
                 self.plan_closed, self.round_reason = False, reason
                 self.replan, self.decision = None, None

@@ -219,7 +219,8 @@ async def fail(run: RunOps, failure: RunFailure) -> None:
     log.warning("run %s failed at %s: %s", run.run_id, failure.stage, failure)
     async with run.lock:
         await forget(run, [s.id for s in run.scheduler.steps
-                           if run.scheduler.state(s.id) is StepState.RUNNING])
+                           if run.scheduler.state(s.id) is StepState.RUNNING],
+                     f"the run failed: {failure}")
         await run.events.emit(RunFailed(run_id=run.run_id, reason=str(failure),
                                         stage=failure.stage, usage=run.usage,
                                         cause=failure.cause))

@@ -22,6 +22,7 @@ from protocols import (
     StepDispatched,
     StepFailed,
     StepFinished,
+    StepStop,
     StepTask,
     Stream,
     Verb,
@@ -101,8 +102,9 @@ async def republish_ready(run: RunOps) -> None:
             await send_step(run, run.scheduler.step(sid), run.scheduler.attempt(sid), msg_id)
 
 
-async def forget(run: RunOps, step_ids: list[int]) -> None:
-    """Delete the queued tasks of attempts given up, so no executor runs them late."""
+async def forget(run: RunOps, step_ids: list[int], reason: str) -> None:
+    """Take back the attempts given up: delete their queued tasks, so no executor runs
+    them late, and tell the executors running them to stop (``reason``)."""
     await _cancel_children(run, step_ids, "the parent run gave the step up")
     bus = run.env.bus
     work = stream_name(bus.prefix, Stream.WORK)
@@ -110,6 +112,21 @@ async def forget(run: RunOps, step_ids: list[int]) -> None:
         meta = run.meta.get(sid)
         if meta is not None and meta.task_seq:
             await bus.delete(work, meta.task_seq)
+        if run.state_of(sid) is StepState.RUNNING:
+            await _stop(run, run.scheduler.step(sid), run.scheduler.attempt(sid), reason)
+
+
+async def _stop(run: RunOps, step: Step, attempt: int, reason: str) -> None:
+    """Tell the executors of the step's role to stop the attempt (best effort: one that
+    does not hear it runs the attempt to its end, and its result is refused)."""
+    bus = run.env.bus
+    stop = StepStop(run_id=run.run_id, step_id=step.id, attempt=attempt, reason=reason,
+                    nonce=run.env.nonces.task(run.run_id, step.id, attempt))
+    try:
+        await bus.publish(bus.subject(Verb.STOP, step.role), stop)
+    except Exception as exc:
+        log.info("run %s: could not tell %s to stop step %d (%s)", run.run_id, step.role,
+                 step.id, exc)
 
 
 async def _cancel_children(run: RunOps, step_ids: list[int], reason: str) -> None:

@@ -88,7 +88,7 @@ async def check(run: RunOps) -> None:
         for e in expired:
             log.warning("run %s: step %d attempt %d: %s", run.run_id, e.step.id, e.attempt,
                         e.error)
-            await forget(run, [e.step.id])
+            await forget(run, [e.step.id], e.error)
             await step_failed(run, e.step, e.attempt, e.error, e.retry, e.cause)
         closed_too_long = await _expire_gates(run, now)
     if expired or closed_too_long:

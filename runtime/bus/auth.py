@@ -5,7 +5,8 @@ Least privilege, checked by the server rather than by us: a role's user publishe
 outcomes only on ``result.*.<role>``, pulls and acknowledges only its own consumer, and
 has no JetStream API right that changes anything (no stream or consumer is created,
 updated, purged or deleted by it: ``plancast provision`` does that as ``admin``). Only
-the planner writes tasks, events, fences and run state. ``client`` submits runs and
+the planner writes tasks, events, fences and run state, and tells an executor role to stop
+an attempt it gave up (``stop.<role>``: only that role hears it). ``client`` submits runs and
 follows them; ``watcher`` only reads. Every user gets its own inbox prefix
 (``_INBOX_<user>``), so nobody reads another user's replies or pulled messages.
 
@@ -152,7 +153,7 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
         if role.kind == "planner":
             users[role.name] = Grant([
                 f"{p}.step.*", f"{p}.review", f"{p}.synthesis", f"{p}.synthesis-for.*",
-                f"{p}.event.*", f"{p}.fence.*",
+                f"{p}.event.*", f"{p}.fence.*", f"{p}.stop.*",
                 f"{p}.heartbeat.{role.name}.*", f"{p}.error.*", f"{p}.result.*.{role.name}",
                 f"{p}.dead.{role.name}", f"$KV.{runs_bucket(p)}.>", f"$O.{objects_bucket(p)}.>",
                 *(f"$JS.API.STREAM.INFO.{s}" for s in n.streams),
@@ -180,10 +181,12 @@ def grants(prefix: str, team: TeamConfig) -> dict[str, Grant]:
             }.get(role.kind, (f"step-{role.name}", [f"step.{role.name}"]))
             own = _consumer(n.work, f"synthesis-{role.name}") \
                 if role.kind == "synthesizer" else []  # a sub-team's runs may name it
+            hears = [f"{p}.error.{role.name}", *inbox]
             if role.kind not in ("critic", "synthesizer"):
                 own = _finished(n, role.name)
+                hears.append(f"{p}.stop.{role.name}")  # attempts its planner gave up
             users[role.name] = Grant([*_actor(n, role.name, n.work, consumer, tasks), *own],
-                                     [f"{p}.error.{role.name}", *inbox])
+                                     hears)
     plans = [f"$JS.API.STREAM.INFO.{n.plans}", *_consumers(n.plans), *_reads(n.plans)]
     users[CLIENT] = Grant([f"{p}.run.submit", f"{p}.run.resubmit", f"{p}.result.*.{CLIENT}",
                            chunks_of(p, f"result.*.{CLIENT}"), *readers, *plans,

@@ -87,6 +87,7 @@ def _forbidden(p: str, team: TeamConfig) -> dict[str, list[str]]:
         f"pub:$KV.{runs_bucket(p)}.runs.r1.steps.77",  # a step record
         f"pub:{p}.event.r1",  # events ahead of the planner
         f"pub:{p}.fence.r1",
+        f"pub:{p}.stop.worker",  # stopping another's attempt
         f"pub:{p}.run.submit", f"pub:{p}.run.resubmit",
         f"pub:$JS.API.STREAM.DELETE.{work}",
         f"pub:$JS.API.CONSUMER.CREATE.{work}.x",
@@ -106,9 +107,12 @@ def _forbidden(p: str, team: TeamConfig) -> dict[str, list[str]]:
             f"sub:{p}.event.>", "sub:_INBOX_critic.>",
             f"sub:{p}.error.critic",  # its own error subject only
             f"pub:{p}.error.critic",  # nor speak for another role there
+            f"pub:{p}.stop.worker",  # only a planner stops an attempt
+            f"sub:{p}.stop.researcher",  # and only the role running it hears that
         ],
         "critic": [f"pub:{p}.result.r1.synthesizer", f"pub:{p}.result.r1.worker",
-                   f"pub:$JS.API.CONSUMER.MSG.NEXT.{work}.step-worker"],
+                   f"pub:$JS.API.CONSUMER.MSG.NEXT.{work}.step-worker",
+                   f"pub:{p}.stop.worker", f"sub:{p}.stop.worker"],
         "synthesizer": [f"pub:{p}.result.r1.critic", f"pub:{p}.event.r1"],
         "client": [f"pub:{p}.result.r1.synthesizer", f"pub:{p}.step.worker",
                    f"pub:{p}.event.r1", f"pub:$JS.API.STREAM.DELETE.{work}"],

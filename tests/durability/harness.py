@@ -41,7 +41,7 @@ model = {inline}
 [roles.worker]
 tools = ["gate", "echo", "sleep", "crash", "die"]
 tool_steps_only = true
-concurrency = {worker_concurrency}
+{f"concurrency = {worker_concurrency}" if worker_concurrency != 1 else ""}
 
 [roles.local]
 tools = ["echo"]

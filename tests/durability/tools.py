@@ -1,7 +1,8 @@
 """Tools for kill tests: they mark when they run and wait for the test's go-ahead.
 
 Files live in ``$PLANCAST_TEST_DIR``: ``<name>.<delivery>.started`` (holding the pid)
-when a step starts, ``<name>.release`` to let a first delivery finish, and
+when a step starts, ``<name>.release`` to let a first delivery finish (``.stopped`` if its
+executor cancelled it instead), and
 ``ledger.txt`` for side effects keyed by the execution (run/step/attempt/delivery).
 """
 
@@ -38,8 +39,12 @@ async def gate(args: GateArgs) -> str:
     (_dir() / f"{args.name}.{ctx.delivery}.started").write_text(str(os.getpid()))
     if ctx.delivery == 1:
         release = _dir() / f"{args.name}.release"
-        while not release.exists():
-            await anyio.sleep(0.05)
+        try:
+            while not release.exists():
+                await anyio.sleep(0.05)
+        except anyio.get_cancelled_exc_class():  # its executor stopped it
+            (_dir() / f"{args.name}.{ctx.delivery}.stopped").write_text(str(os.getpid()))
+            raise
     return f"{args.name} passed"
 
 
