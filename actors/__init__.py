@@ -2,6 +2,7 @@
 
 from .critic import Critic as Critic
 from .executor import Executor as Executor
+from .finished import InHand as InHand
 from .planner import Planner as Planner
 from .supervisor import SupervisorActor as SupervisorActor
 from .synthesizer import Synthesizer as Synthesizer
@@ -9,6 +10,7 @@ from .synthesizer import Synthesizer as Synthesizer
 __all__ = (
     "Critic",
     "Executor",
+    "InHand",
     "Planner",
     "SupervisorActor",
     "Synthesizer",

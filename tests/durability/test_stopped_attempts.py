@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from actors.finished import InHand
+from actors import InHand
 from protocols import (
     RunFailed,
     RunRequest,
