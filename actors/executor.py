@@ -112,7 +112,7 @@ class Executor(StepRole):
             log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
                      "is sent again, the step is not run again", self.name, task.step.id,
                      task.attempt, task.run_id, begun.result.executor)
-            done = begun
+            done = _as_ours(begun, claim, f"{ctx.key}/{task.nonce}/result")
         else:
             running, recorded = self.in_hand.start(task), None
             try:
@@ -282,6 +282,18 @@ class Executor(StepRole):
             allowed, max_rounds=self.config.max_tool_rounds, span=span, spent=spent,
         )
         return outcome.text
+
+
+def _as_ours(recorded: Recorded, claim: StepClaimed, msg_id: str) -> Recorded:
+    """A finished attempt's recorded outcome as this delivery's own answer, claiming it:
+    the planner counts a result only from a claimant of its delivery, and the first answer
+    may have been read without counting (a planner that took the run over refused it, its
+    step not planned again yet). Sent again under its first id, the results stream would
+    drop it as a duplicate and the attempt would wait for an answer that never comes
+    (chaos seed 47, run c47-0075); a planner that did count it ignores this one."""
+    return Recorded(msgspec.structs.replace(
+        recorded.result, executor=claim.executor, delivery=claim.delivery, claims=True,
+        heartbeat=claim.heartbeat), msg_id)
 
 
 def _unstorable(result: StepResult, exc: StorageFull) -> StepResult:

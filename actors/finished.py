@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 MISSING: tuple[type[Exception], ...] = (NotFoundError, *TRANSIENT)
 """Why a replica may not give what its leader holds this moment."""
 RESULT_ID = "Plancast-Result-Id"
-"""The header of a record naming the message id its result was sent under: sent again
-under the same id, the results stream drops it if the first one is still remembered."""
+"""The header of a record naming the message id its result was sent under (a task that
+comes again answers with the record under an id of its own delivery: under this one the
+results stream would drop it as a duplicate of an answer that may not have counted)."""
 
 
 @dataclass(frozen=True)

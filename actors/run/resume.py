@@ -139,6 +139,7 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
     # without them, and readers drop them (c46-0145: a replay of steps without a record
     # reached back past a ``run.resumed`` and revived a finish it had declared lost).
     declared = {n for event, _ in tail if isinstance(event, RunResumed) for n in event.skipped}
+    replayed_dispatch: set[int] = set()
     # In the order they were numbered, not stored: a pipelined event whose first try went
     # unanswered is stored again after events sent later (``Bus.settle``), so a step's end
     # can stand before its dispatch in the stream (chaos seed 7, run c7-0004).
@@ -196,6 +197,8 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
                                     fence)
                 if not early:  # an earlier one was stored before the state said so
                     out.republish[event.step_id] = m.task_id
+                else:
+                    replayed_dispatch.add(event.step_id)
                 spent.pop(step_source(event.step_id), None)
             case StepStarted() if _current(state, event.step_id, event.attempt):
                 m = meta[event.step_id]
@@ -241,6 +244,14 @@ def fold(state: RunState, tail: list[tuple[RunEvent, int]], *, next_seq: int,
             case StepFinished() | CriticVerdict() | WorkFailed() | OutcomeRefused() \
                     | StepFailed():
                 pass  # their messages come again and re-derive them, without a new event
+    # A step rebuilt from its events has no task sequence: its claim deadline, which
+    # watches that sequence's delivery, would never run out (c47-0075: a task handed over
+    # whose claim never came). Sent again under its id, the stream answers with that
+    # sequence (or stores it again, if the duplicate window has passed).
+    for sid in replayed_dispatch:
+        m = meta[sid]
+        if _current(state, sid, s.attempt(sid)) and not m.claimants and not m.task_seq:
+            out.republish.setdefault(sid, m.task_id)
     state.record = msgspec.structs.replace(state.record, plan_closed=s.closed)
     out.skipped = [n for n in range(next_seq, out.last_seq + 1)
                    if n not in seen and n not in declared]

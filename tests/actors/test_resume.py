@@ -250,6 +250,24 @@ def test_steps_without_a_record_are_rebuilt_from_their_events_before_the_save() 
     assert out.republish == {} and out.last_seq == 10 and out.skipped == []
 
 
+def test_a_step_rebuilt_dispatched_without_a_claim_has_its_task_sent_again() -> None:
+    """Chaos seed 47, run c47-0075: step 1 was dispatched before the save, which wrote no
+    record of it (so no task sequence), and no claim came. Its claim deadline watches the
+    delivery of that sequence, so the new owner sends the task again under its id (the
+    stream answers with the sequence it has, or stores it again); a claimed step is not."""
+    state = saved(closed=True)
+    out = fold(state, [
+        *early(StepPlanned(run_id=RUN, round=0, step=step(1)),
+               StepPlanned(run_id=RUN, round=0, step=step(2)),
+               StepDispatched(run_id=RUN, step_id=1, role="worker", attempt=1),
+               StepDispatched(run_id=RUN, step_id=2, role="worker", attempt=1),
+               StepStarted(run_id=RUN, step_id=2, attempt=1, executor="worker/a",
+                           delivery=1, heartbeat=0.5),
+               PlanFinished(run_id=RUN, round=0, steps=2))], next_seq=10, replayed={1, 2})
+    assert state.scheduler.state(1) is StepState.RUNNING and not state.meta[1].claimants
+    assert out.republish == {1: state.meta[1].task_id} and state.meta[1].task_id
+
+
 def test_finished_steps_without_a_record_are_rebuilt_done_with_their_output_and_usage() -> None:
     """Step 1 finished before the save, which wrote no record of it (its events say all):
     the replay makes it done with the output and usage its events hold, step 2, which

@@ -23,8 +23,12 @@ from nats.js.errors import NotFoundError
 
 from protocols import (
     RunRequest,
+    Step,
+    StepClaimed,
     StepFinished,
+    StepOutcomes,
     StepResult,
+    StepTask,
     Stream,
     Verb,
     decode,
@@ -34,6 +38,7 @@ from protocols import (
 from runtime.bus import Bus
 from runtime.client import submit
 from runtime.config import Settings, load_team
+from runtime.nonces import Nonces
 from runtime.testing import open_scripted_model_server
 from runtime.tools import builtin_tools
 from runtime.worker import open_deployment
@@ -198,6 +203,45 @@ async def test_a_task_delivered_again_while_its_attempt_runs_here_waits_for_that
     assert len(executions(tmp_path, accepted.run_id, 1)) == 1
     assert [e.output for e in events.of(StepFinished, 1)] == ["g passed"]
     assert finished.answer == "all done"
+
+
+async def test_a_finished_attempts_result_is_sent_again_as_the_new_deliverys_own_answer(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The attempt's first answer was read already, and may not have counted (chaos seed
+    47, run c47-0075: a planner that had just taken the run over refused it, its step not
+    planned again yet, then sent the task again). The executor that gets the task again
+    answers with the recorded outcome as its own, claiming it, under its own message id:
+    sent under the first answer's id, the results stream dropped it as a duplicate, and the
+    run waited for an answer that never came."""
+    run_id, step = "run-resent", Step(id=1, role="worker", tool="echo", args={"text": "once"})
+    task = StepTask(run_id=run_id, goal="g", step=step, attempt=1,
+                    nonce=Nonces("").task(run_id, 1, 1))
+    async with deployment(nats_url, prefix, tmp_path, [echo(1, "x")], here=["synthesizer"],
+                          children=[("worker", {})]) as d:
+        answers = await d.bus.js.subscribe(
+            subject(prefix, Verb.RESULT, run_id, "worker"),
+            stream=stream_name(prefix, Stream.RESULTS), ordered_consumer=True)
+        results: list[StepResult] = []
+        with anyio.fail_after(WAIT):
+            for copy in ("first", "again"):  # two messages of one task: a re-sent task
+                await d.bus.publish_durable(subject(prefix, Verb.STEP, "worker"), task,
+                                            msg_id=f"{run_id}/{copy}")
+                want = len(results) + 1
+                async for msg in answers.messages:
+                    message = decode(msg.data, StepResult | StepClaimed | StepOutcomes)
+                    for one in message.outcomes if isinstance(message, StepOutcomes) \
+                            else [message]:
+                        if isinstance(one, StepResult):
+                            results.append(one)
+                    if len(results) == want:
+                        break
+        await answers.unsubscribe()
+    first, again = results
+    assert first.ok and again.ok and first.output == again.output == "once"
+    assert again.claims and again.executor.startswith("worker/")  # it claims this delivery
+    # The recorded outcome, not a second execution: the same run's times.
+    assert (again.started_at, again.finished_at) == (first.started_at, first.finished_at)
 
 
 async def test_the_record_of_a_finished_step_expires_with_the_runs_events(
