@@ -375,7 +375,10 @@ class Scheduler:
                     f"depends on step {dep}, which was dropped with the previous plan; "
                     f"depend on a done step (done: {done}) or on a new step"
                 )
-        cycle = cycle_through(sid, deps, self._deps)
+        # A cycle through a new id needs a known step that depends on it (a forward
+        # reference, always in ``_dependents``); without one, walking the plan so far made
+        # every step of a chain O(n), its run O(n²).
+        cycle = cycle_through(sid, deps, self._deps) if self._dependents.get(sid) else []
         if cycle:
             path = " -> ".join(map(str, cycle))
             raise bad(

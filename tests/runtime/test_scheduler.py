@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 import pytest
@@ -220,6 +221,26 @@ def test_longer_cycle_through_args() -> None:
     rejected(s, agent(3, 1), "cycle 3 -> 1 -> 2 -> 3")
     s.add(agent(3))  # the same id is still free after the rejection
     s.close_plan()
+
+
+def test_a_step_nothing_depends_on_yet_walks_no_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: a chain's step is checked for a cycle only when a known step names it
+    (a forward reference), so accepting a chain costs O(1) per step, not O(n)."""
+    walks: list[int] = []
+    real = sys.modules["runtime.dag.scheduler"].cycle_through
+
+    def counted(new_id: int, *args: Any) -> list[int]:
+        walks.append(new_id)
+        return real(new_id, *args)
+
+    monkeypatch.setattr("runtime.dag.scheduler.cycle_through", counted)
+    s = make(max_steps=200)
+    for sid in range(1, 101):
+        s.add(agent(sid, *([sid - 1] if sid > 1 else [])))
+    assert walks == []
+    s.add(agent(102, 101))  # forward reference to 101: 101 must be checked
+    rejected(s, agent(101, 102), "cycle 101 -> 102 -> 101")
+    assert walks == [101]
 
 
 def test_dangling_dependency_at_close(started: Scheduler) -> None:
