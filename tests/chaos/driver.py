@@ -241,6 +241,8 @@ async def _drive(config: ChaosConfig, work: Path, network: Network, nodes: list[
     recorded_at = await _recorded_times(fleet.users, urls, executions, notes)
     duplicates, redeliveries, repeats = ledger_figures(executions, recorded_at)
     refused = permission_violations(n.server.log_path for n in nodes)
+    notes += [f"a route between nodes was refused its login: {line}" for line in
+              permission_violations((n.server.log_path for n in nodes), routes=True)]
     notes += [f"{r.run_id}: follower restarted {r.restarts} times" for r in runs if r.restarts]
     submissions, failed_submissions = submission_figures(loop.faults, runs, until)
     return Report(

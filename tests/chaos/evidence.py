@@ -18,6 +18,8 @@ from pathlib import Path
 _LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) (\d+) (.*)$")
 _REFUSED = re.compile(r"(Publish|Subscription|Permissions|Authorization) Violation"
                       r"|authentication error")
+_ROUTE = re.compile(r" - rid:\d+ - ")
+"""A line about a route between two nodes (``rid``), not a user's connection (``cid``)."""
 
 
 def run_lines(log_dir: Path, run_id: str, owner_of: Callable[[int], str],
@@ -58,15 +60,17 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def permission_violations(server_logs: Iterable[Path]) -> list[str]:
+def permission_violations(server_logs: Iterable[Path], *, routes: bool = False) -> list[str]:
     """Every line of the servers' logs where a user was refused a publish, a subscription
-    or a login, prefixed with the node (its log's folder)."""
+    or a login, prefixed with the node (its log's folder). ``routes``: instead, the route
+    connections between nodes refused their login (seed 48: two, as a killed node came
+    back; cluster-internal, not a user's rights)."""
     found = []
     for path in server_logs:
         try:
             with path.open(errors="replace") as log:
                 found += [f"{path.parent.name}: {line.strip()[:400]}" for line in log
-                          if _REFUSED.search(line)]
+                          if _REFUSED.search(line) and bool(_ROUTE.search(line)) == routes]
         except FileNotFoundError:
             continue
     return found

@@ -17,6 +17,7 @@ from protocols import (
     StepPlanned,
 )
 
+from .evidence import permission_violations
 from .faults import Fault
 from .ledger import LEDGER, classify, ledger_output, read_ledger, redelivered, repeated
 from .observe import StoredLog, Submission, Tracked
@@ -206,3 +207,20 @@ def test_workloads_are_seeded_and_their_outputs_follow_the_tool() -> None:
         {sid: out for sid, out in SPEC.expected.items() if sid > n}
     rules = scenario([SPEC]).rules
     assert [r.contains for r in rules[:2]] == ["A new plan is needed because", SPEC.marker]
+
+
+def test_a_users_refusal_is_a_violation_and_a_routes_refused_login_a_note(
+        tmp_path: Path) -> None:
+    """Seed 48: a node coming back after SIGKILL had two route connections refused their
+    login; routes are the cluster's own, so they are noted, not counted against users."""
+    (tmp_path / "n3").mkdir()
+    log = tmp_path / "n3" / "nats-server.log"
+    log.write_text(
+        "[1] 2026/11/28 09:08:29.200598 [ERR] 10.0.0.1:43162 - rid:181 - authentication error\n"
+        "[1] 2026/11/28 09:08:30.100000 [ERR] 10.0.0.9:5001 - cid:12 - authentication error\n"
+        "[1] 2026/11/28 09:08:31.100000 [ERR] 10.0.0.9:5002 - cid:13 - \"v1.0\" - "
+        "Publish Violation - User \"worker\", Subject \"p.event.r1\"\n")
+    users = permission_violations([log])
+    assert [line.split(" - ")[1] for line in users] == ["cid:12", "cid:13"]
+    assert [line.split(" - ")[1] for line in permission_violations([log], routes=True)] \
+        == ["rid:181"]
