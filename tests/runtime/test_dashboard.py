@@ -80,13 +80,21 @@ async def test_the_dashboard_shows_a_run_live_and_late(
             # Live: step 2 is drawn running before the run ends.
             await page.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await page.screenshot(path=tmp_path / "dashboard-live.png", full_page=True)
-            # While step 2's bar grows, step 1's finished bar stays where it is.
+            # While step 2's bar grows, step 1's finished bar stays where it is (unless the
+            # run outgrew the scale meanwhile, which doubles it: a loaded machine's slow
+            # run; then it is watched again on the new scale).
             done, running = (f'.row[data-step="{n}"] .seg[data-attempt="1"]' for n in (1, 2))
-            placed, was = (await page.get_attribute(done, "style"),
-                           await page.get_attribute(running, "style"))
-            await page.wait_for_function("([bar, was]) => document.querySelector(bar)"
-                                         ".getAttribute('style') !== was", arg=[running, was])
-            assert await page.get_attribute(done, "style") == placed
+            look = ("(bars) => [document.querySelector('.tl-axis .tick:last-child')"
+                    ".textContent, ...bars.map((b) => document.querySelector(b)"
+                    ".getAttribute('style'))]")
+            for _ in range(3):  # one moment's scale and bars, read at once
+                scale, placed, was = await page.evaluate(look, [done, running])
+                await page.wait_for_function("([bar, was]) => document.querySelector(bar)"
+                                             ".getAttribute('style') !== was", arg=[running, was])
+                now = await page.evaluate(look, [done, running])
+                if now[0] == scale:
+                    break
+            assert now[:2] == [scale, placed]
             await reloaded.wait_for_selector('.row[data-step="2"][data-state="running"]')
             await reloaded.reload()
             await dropped.wait_for_selector('.row[data-step="2"][data-state="running"]')
