@@ -1,12 +1,26 @@
 """What a run stores, message by message: the exact count for a small no-op chain (the
-overhead suite reports the same counters per step, ``benchmarks.stored``)."""
+overhead suite reports the same counters per step, ``benchmarks.stored``), and an ended
+run's step records, several to an entry, still readable once its events are gone."""
 
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.stored import Stored, ended, stored
+from protocols import (
+    RunRecord,
+    StepRecord,
+    StepRecords,
+    Stream,
+    decode,
+    ended_key,
+    run_key,
+    runs_bucket,
+    step_keys,
+    stream_name,
+)
 from runtime.bus import Bus
+from runtime.client import step_output
 from runtime.testing import Rule
 
 from .harness import echo, finish, run_team
@@ -25,8 +39,8 @@ async def test_a_no_op_chain_stores_these_messages_exactly(nats_url: str, prefix
     claim is due), one event message (started, finished and the next step's dispatched,
     told together), and its finished attempt's two records (the claim-first write, then the
     result, ``actors.finished``). Per run: the synthesis task and decision, seven event
-    messages (started, plan, synthesis, end), the fence, and the run-state writes: five
-    headers and a record per step (written at the end)."""
+    messages (started, plan, synthesis, end), the fence, and six run-state writes: five
+    headers and one entry holding every step's record (a record per step before)."""
     counted: dict[str, int] = {}
 
     async def after(bus: Bus, run_id: str) -> None:
@@ -39,5 +53,36 @@ async def test_a_no_op_chain_stores_these_messages_exactly(nats_url: str, prefix
     assert out.answer == "done"
     del counted["api"]  # requests, not stored: pull requests vary with timing
     assert counted == {"tasks": STEPS + 1, "outcomes": STEPS + 1, "events": STEPS + 7,
-                       "fences": 1, "finished": 2 * STEPS, "state": STEPS + 5, "objects": 0,
+                       "fences": 1, "finished": 2 * STEPS, "state": 6, "objects": 0,
                        "errors": 0}
+
+
+async def test_an_ended_runs_step_records_share_entries_and_outlive_its_events(
+    nats_url: str, prefix: str
+) -> None:
+    """Steps whose events said all get no record of their own while the run goes on; its
+    last state writes theirs several to an entry, once, and a reader finds a step's output
+    there when the run's events have aged out."""
+    seen: dict[str, object] = {}
+
+    async def after(bus: Bus, run_id: str) -> None:
+        await ended(bus, [run_id])
+        bucket = runs_bucket(prefix)
+        kv = await bus.js.key_value(bucket)
+        head = decode((await kv.get(run_key(run_id))).value or b"", RunRecord)
+        info = await bus.js.stream_info(f"KV_{bucket}",
+                                        subjects_filter=f"$KV.{bucket}.{step_keys(run_id)}")
+        entry = decode((await kv.get(ended_key(run_id, 0))).value or b"", StepRecords)
+        records = [decode(bytes(raw), StepRecord) for raw in entry.records]
+        seen.update(ended=head.ended, own=info.state.subjects or {},
+                    records={r.step.id: (r.status, r.output) for r in records})
+        await bus.js.purge_stream(stream_name(prefix, Stream.EVENTS))  # as if aged out
+        seen["outputs"] = {sid: await step_output(bus, run_id, sid)
+                           for sid in range(1, STEPS + 1)}
+
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=chain(STEPS)),
+                                            finish("done")], after=after)
+    assert out.answer == "done"
+    assert seen["ended"] == 1 and seen["own"] == {}
+    assert seen["records"] == {sid: ("done", f"out {sid}") for sid in range(1, STEPS + 1)}
+    assert seen["outputs"] == {sid: f"out {sid}" for sid in range(1, STEPS + 1)}
