@@ -57,6 +57,30 @@ async def test_a_no_op_chain_stores_these_messages_exactly(nats_url: str, prefix
                        "errors": 0}
 
 
+async def test_a_tool_with_no_effects_leaves_no_record_of_finished_attempts(
+    nats_url: str, prefix: str
+) -> None:
+    """``effects = "none"``: running the tool again harms nothing, so its executor writes
+    no record of the attempt (neither the claim-first write nor the result): a step is its
+    task, its result and its share of an event message."""
+    counted: dict[str, int] = {}
+
+    async def after(bus: Bus, run_id: str) -> None:
+        await ended(bus, [run_id])
+        counted.update((await stored(bus)).since(Stored({}, 0)))
+
+    out = await run_team(nats_url, prefix, [Rule(role="planner", lines=chain(STEPS)),
+                                            finish("done")], after=after,
+                         settings={"claim_after": 60.0},
+                         tool_config={"echo": {"effects": "none"}})
+    assert out.answer == "done"
+    assert [out.finished(sid).output for sid in range(1, STEPS + 1)] == \
+        [f"out {sid}" for sid in range(1, STEPS + 1)]
+    del counted["api"]
+    assert counted == {"tasks": STEPS + 1, "outcomes": STEPS + 1, "events": STEPS + 7,
+                       "fences": 1, "finished": 0, "state": 6, "objects": 0, "errors": 0}
+
+
 async def test_an_ended_runs_step_records_share_entries_and_outlive_its_events(
     nats_url: str, prefix: str
 ) -> None:
