@@ -31,7 +31,7 @@ from .runs import events_so_far
 
 async def step_output(bus: Bus, run_id: str, step_id: int) -> str | None:
     """The output of the step's latest successful attempt; None if it has none (yet)."""
-    record = await _step_record(bus, run_id, step_id)
+    record = await step_record(bus, run_id, step_id)
     if record is not None and record.status == "done":
         if record.output is not None:
             return record.output
@@ -47,8 +47,9 @@ _MISSING = (BucketNotFoundError, KeyNotFoundError, NotFoundError, msgspec.Valida
             *UNREADABLE)
 
 
-async def _step_record(bus: Bus, run_id: str, step_id: int) -> StepRecord | None:
-    """The step's record: under its own key, else (an ended run) in an ``ended`` entry."""
+async def step_record(bus: Bus, run_id: str, step_id: int) -> StepRecord | None:
+    """The step's record: under its own key, else (an ended run) in an ``ended`` entry;
+    None if it has none (a step of an active run whose events say all)."""
     try:
         kv = await bus.js.key_value(runs_bucket(bus.prefix))
     except _MISSING:
