@@ -140,7 +140,7 @@ async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConf
     with tempfile.TemporaryDirectory(prefix="plancast-bench-") as tmp:
         async with open_scripted_model_server(scripted.scenario(rules, 1.0)) as model:
             data = scripted.team_data(model.base_url, {ROLE: ["echo", "sleep"]},
-                                      concurrency=1024)
+                                      concurrency=1024, tool_effects=config.tool_effects)
             team_file = Path(tmp) / "team.toml"
             team_file.write_text(scripted.team_toml(data))
             prefix = new_prefix()

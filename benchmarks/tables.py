@@ -125,6 +125,9 @@ def _overhead(o: dict[str, Any]) -> list[str]:
         table(PLANCAST_COLUMNS, o["rows"]), "",
         PLANCAST_NOTE, "",
     ]
+    if o.get("tool_effects", "default") != "default":
+        lines += [f"(The tools `echo` and `sleep` declare `effects = \"{o['tool_effects']}\"` "
+                  "here: `--tool-effects`.)", ""]
     if any("stored_total" in row for row in o["rows"]):
         lines += ["### Stored messages per step", "", table(STORED_COLUMNS, o["rows"]), "",
                   STORED_NOTE, ""]
