@@ -8,10 +8,16 @@ import pytest
 
 from benchmarks.stored import Stored, ended, stored
 from protocols import (
+    OutcomeRefused,
     RunRecord,
+    Step,
+    StepFinished,
     StepRecord,
     StepRecords,
+    StepResult,
+    StepTask,
     Stream,
+    Verb,
     decode,
     ended_key,
     run_key,
@@ -20,10 +26,10 @@ from protocols import (
     stream_name,
 )
 from runtime.bus import Bus
-from runtime.client import step_output
+from runtime.client import follow, step_output
 from runtime.testing import Rule
 
-from .harness import echo, finish, run_team
+from .harness import NONCES, echo, finish, plan_line, run_team
 
 pytestmark = pytest.mark.anyio
 
@@ -79,6 +85,36 @@ async def test_a_tool_with_no_effects_leaves_no_record_of_finished_attempts(
     del counted["api"]
     assert counted == {"tasks": STEPS + 1, "outcomes": STEPS + 1, "events": STEPS + 7,
                        "fences": 1, "finished": 0, "state": 6, "objects": 0, "errors": 0}
+
+
+async def test_a_tool_with_no_effects_runs_again_for_a_second_task_and_counts_once(
+    nats_url: str, prefix: str
+) -> None:
+    """With no record, a second task of a finished attempt (as a takeover may send) runs
+    the tool again, harmlessly: its answer is refused as a second one, and the step has
+    one outcome."""
+    async def resend(bus: Bus, run_id: str) -> None:
+        async for event in follow(bus, run_id):
+            if isinstance(event, StepFinished) and event.step_id == 1:
+                step = Step(id=1, role="worker", tool="echo", args={"text": "out 1"})
+                await bus.publish_durable(bus.subject(Verb.STEP, "worker"), StepTask(
+                    run_id=run_id, goal="test goal", step=step, effects="none",
+                    nonce=NONCES.task(run_id, 1, 1)), msg_id=f"{run_id}/1/1/again")
+                return
+
+    sent: list[object] = []
+    out = await run_team(nats_url, prefix, [
+        Rule(role="planner", lines=[echo(1, "out 1"),
+                                    plan_line(2, tool="sleep", args={"seconds": 3},
+                                              depends_on=[1])]),
+        finish("done")], during=resend, outcomes=sent,
+        tool_config={"echo": {"effects": "none"}})
+    assert out.answer == "done"
+    ran = [r for r in sent if isinstance(r, StepResult) and r.step_id == 1]
+    assert len(ran) == 2 and all(r.ok and r.output == "out 1" for r in ran)  # ran twice
+    assert [e.step_id for e in out.of(StepFinished)] == [1, 2]  # one outcome each
+    [refused] = [e for e in out.of(OutcomeRefused) if e.step_id == 1]
+    assert "a second answer to attempt 1 of step 1" in refused.reason
 
 
 async def test_an_ended_runs_step_records_share_entries_and_outlive_its_events(
