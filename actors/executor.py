@@ -4,7 +4,8 @@ A tool step calls its tool directly with no model call (as LLMCompiler does); an
 step runs the role's model with only the tools both the step and the role allow. A
 finished step's result is recorded before it is sent and its task acknowledged, and a
 task of an attempt recorded as finished gets that result again, not a second execution
-(``actors.finished``).
+(``actors.finished``); but not a step whose tool has no effect on the world (``effects =
+"none"``): running it again harms nothing, so nothing is recorded.
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class Executor(StepRole):
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=ctx.executor, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
+        if task.effects == "none":  # no effect on the world: nothing to record first
+            result, msg_id = await self._run(task, delivery, ctx, claim, results)
+            await self._send_result(results, await self._unrecorded(task, result, msg_id))
+            return
         begun = await self._begin(task, ctx, claim)
         if isinstance(begun, Recorded):  # it ran to its end before: its result again
             log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
@@ -205,6 +210,15 @@ class Executor(StepRole):
             return await self.finished.record(task, result, msg_id, begun)
         except StorageFull as exc:  # its output is too large to keep: the step fails
             return await self.finished.record(task, _unstorable(result, exc), msg_id, begun)
+
+    async def _unrecorded(self, task: StepTask, result: StepResult, msg_id: str) -> Recorded:
+        """What to send for a step whose tool has no effect on the world (``effects =
+        "none"``): its result as is, with no record of the finished attempt (running it
+        again harms nothing), so two stored messages and a round trip fewer."""
+        try:
+            return Recorded(await self._by_reference(task, result), msg_id)
+        except StorageFull as exc:  # its output is too large to keep: the step fails
+            return Recorded(_unstorable(result, exc), msg_id)
 
     async def _by_reference(self, task: StepTask, result: StepResult) -> StepResult:
         """An output too large for a message is kept once, in the object store under the

@@ -44,6 +44,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, help="repetitions per measurement (default 3)")
     parser.add_argument("--seed", type=int, help="seed of the tool-time draws (default 2024)")
     parser.add_argument("--no-peers", action="store_true", help="skip LangGraph/AutoGen Core")
+    parser.add_argument("--tool-effects", choices=("default", "none"),
+                        help="effects the overhead suite's tools declare (default: default; "
+                             "none: no records of finished attempts, docs/tools.md)")
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help=f"directory for the results (default {RESULTS})")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -59,7 +62,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         suites = [s for s in suites if s != "peers"]
     overrides: dict[str, Any] = {"suites": tuple(dict.fromkeys(suites)),
                                  "peers": not args.no_peers}
-    for name in ("time_scale", "reps", "seed"):
+    for name in ("time_scale", "reps", "seed", "tool_effects"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     return BenchConfig.quick_config(**overrides) if args.quick else BenchConfig(**overrides)
@@ -77,7 +80,8 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
             timed = workloads(config, config.step_seconds) if "peers" in selected else []
             rows = await measure_plancast(nats.url, [*noop, *timed], config, progress)
             if "overhead" in selected:
-                suites["overhead"] = {"reps": config.reps, "rows": rows[:len(noop)]}
+                suites["overhead"] = {"reps": config.reps, "rows": rows[:len(noop)],
+                                      "tool_effects": config.tool_effects}
             if "peers" in selected:
                 peers = await run_peers([*noop, *timed], config, progress)
                 peers["floor"] = await run_floor(nats.url, timed, config, progress)

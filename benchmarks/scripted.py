@@ -60,8 +60,9 @@ def scenario(rules: Iterable[Rule], time_scale: float) -> Scenario:
 
 
 def team_data(base_url: str, executors: dict[str, list[str]], *, stream_plan: bool = True,
-              concurrency: int = 256) -> dict[str, Any]:
-    """A team as TOML-shaped data: planner, synthesizer and tool-only executor roles."""
+              concurrency: int = 256, tool_effects: str = "default") -> dict[str, Any]:
+    """A team as TOML-shaped data: planner, synthesizer and tool-only executor roles
+    (``tool_effects``: what their tools declare, ``[tools.NAME] effects``)."""
     roles: dict[str, Any] = {
         "planner": {"kind": "planner", "model": "scripted",
                     "options": {"stream_plan": stream_plan}},
@@ -71,7 +72,11 @@ def team_data(base_url: str, executors: dict[str, list[str]], *, stream_plan: bo
         roles[name] = {"tools": tools, "tool_steps_only": True, "concurrency": concurrency,
                        "description": f"runs {', '.join(tools)}"}
     model = {"model": "scripted-model", "base_url": base_url, "max_retries": 0}
-    return {"models": {"scripted": model}, "roles": roles}
+    data: dict[str, Any] = {"models": {"scripted": model}, "roles": roles}
+    if tool_effects != "default":
+        data["tools"] = {t: {"effects": tool_effects}
+                         for tools in executors.values() for t in tools}
+    return data
 
 
 def team(base_url: str, executors: dict[str, list[str]], **options: Any) -> TeamConfig:
@@ -92,4 +97,7 @@ def team_toml(data: dict[str, Any]) -> str:
                 lines.append(f"{key} = {{ {inner} }}")
             else:
                 lines.append(f"{key} = {json.dumps(value)}")
+    for name, tool in data.get("tools", {}).items():
+        lines.append(f"[tools.{name}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in tool.items()]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from .config import BenchConfig
 from .dag import Dag
 from .deploy import new_prefix, settings_for
 from .stats import median
+from .stored import ended, per_step, stored
 from .trace import RunTrace, run_goal
 from .workers import (
     CLOCK_TICKS,
@@ -109,6 +110,7 @@ async def measure_workload(bus: Bus, dag: Dag, procs: Children,
     ``config.cpu_max_runs``) only while either process has spent less than
     ``config.cpu_min_s`` CPU on them, so the CPU figures stand above the clock tick."""
     reps = config.reps_for(len(dag))
+    before = await stored(bus)
     start = procs.cpu()
     traces: list[RunTrace] = []
     while len(traces) < reps or (
@@ -119,7 +121,11 @@ async def measure_workload(bus: Bus, dag: Dag, procs: Children,
     planner_s, executor_s = (now - then for now, then in zip(procs.cpu(), start, strict=True))
     timed = traces[:reps]
     row = summarize(dag, [t.makespan for t in timed], [t.steps_span() for t in timed])
-    return row | cpu_figures(dag, len(traces), planner_s, executor_s)
+    await ended(bus, [t.events[0].run_id for t in traces[-1:]])
+    delta = (await stored(bus)).since(before)
+    counts = per_step(delta, len(dag) * len(traces))
+    stored_row = {f"stored_{kind}": n for kind, n in counts.items()}
+    return row | cpu_figures(dag, len(traces), planner_s, executor_s) | stored_row
 
 
 async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConfig,
@@ -134,7 +140,7 @@ async def measure_plancast(nats_url: str, dags: Sequence[Dag], config: BenchConf
     with tempfile.TemporaryDirectory(prefix="plancast-bench-") as tmp:
         async with open_scripted_model_server(scripted.scenario(rules, 1.0)) as model:
             data = scripted.team_data(model.base_url, {ROLE: ["echo", "sleep"]},
-                                      concurrency=1024)
+                                      concurrency=1024, tool_effects=config.tool_effects)
             team_file = Path(tmp) / "team.toml"
             team_file.write_text(scripted.team_toml(data))
             prefix = new_prefix()

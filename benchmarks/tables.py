@@ -30,6 +30,13 @@ PLANCAST_COLUMNS: list[Column] = [
     ("CPU runs", "cpu_runs", 0), ("planner CPU µs/step", "planner_cpu_us", 0),
     ("executor CPU µs/step", "executor_cpu_us", 0),
 ]
+STORED_COLUMNS: list[Column] = [
+    ("workload", "workload", 0), ("stored msgs/step", "stored_total", 2),
+    ("tasks", "stored_tasks", 2), ("claims + results", "stored_outcomes", 2),
+    ("event msgs", "stored_events", 2), ("finished records", "stored_finished", 2),
+    ("run-state writes", "stored_state", 2), ("objects", "stored_objects", 2),
+    ("fences", "stored_fences", 2), ("JetStream API calls/step", "stored_api", 2),
+]
 PROFILE_COLUMNS: list[Column] = [
     ("workload", "workload", 0), ("steps", "steps", 0), ("wall s", "wall_s", 3),
     ("wall µs/step", "wall_per_step_us", 0), ("process CPU s", "cpu_s", 3),
@@ -98,13 +105,33 @@ PLANCAST_NOTE = (
     "benchmark's own process (event follower, scripted model) is not counted.")
 
 
+STORED_NOTE = (
+    "Messages stored per step over the same CPU runs: each stream's message counter (its "
+    "last sequence: it counts what a work queue or an interest stream removed since) after "
+    "the runs minus before, ÷ their steps. tasks: PP_WORK (step tasks and each run's "
+    "synthesis task); claims + results: PP_RESULTS (several in one `step.outcomes` message "
+    "count once; each run's synthesis decision too); event msgs: PP_EVENTS without fences "
+    "(several events of one moment in one `event.batch` count once); finished records: "
+    "PP_FINISHED (an attempt's claim-first write and its result); run-state writes: the runs "
+    "KV bucket (headers and step records); fences: run ownership. API calls: the account's "
+    "JetStream API calls (pull requests, consumer creates and deletes, gets; the counting's "
+    "own dozen included) ÷ steps: requests, not stored.")
+
+
 def _overhead(o: dict[str, Any]) -> list[str]:
-    return [
+    lines = [
         "## Runtime overhead (no-op `echo` steps; planner + synthesizer in one worker "
         "process, executors in another)", "",
         table(PLANCAST_COLUMNS, o["rows"]), "",
         PLANCAST_NOTE, "",
     ]
+    if o.get("tool_effects", "default") != "default":
+        lines += [f"(The tools `echo` and `sleep` declare `effects = \"{o['tool_effects']}\"` "
+                  "here: `--tool-effects`.)", ""]
+    if any("stored_total" in row for row in o["rows"]):
+        lines += ["### Stored messages per step", "", table(STORED_COLUMNS, o["rows"]), "",
+                  STORED_NOTE, ""]
+    return lines
 
 
 def _peers(p: dict[str, Any]) -> list[str]:

@@ -78,7 +78,9 @@ from .schema import json_schema as json_schema
 from .state import RunOwner as RunOwner
 from .state import RunRecord as RunRecord
 from .state import StepRecord as StepRecord
+from .state import StepRecords as StepRecords
 from .state import StepStatus as StepStatus
+from .state import ended_key as ended_key
 from .state import run_key as run_key
 from .state import step_key as step_key
 from .state import step_keys as step_keys
@@ -152,6 +154,7 @@ __all__ = (
     "StepOutcomes",
     "StepPlanned",
     "StepRecord",
+    "StepRecords",
     "StepResult",
     "StepReviewing",
     "StepStarted",
@@ -174,6 +177,7 @@ __all__ = (
     "decode",
     "decoder_for",
     "encode",
+    "ended_key",
     "json_schema",
     "new_run_id",
     "nonce",

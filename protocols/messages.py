@@ -114,7 +114,9 @@ class StepTask(Message, frozen=True, kw_only=True, tag="step.task"):
     effects: str = ""
     """``once``: the step's role or tool must not act twice (team file ``effects``): do not
     run it blindly where an earlier execution may have acted (``check_keys``, or a
-    delivery count above 1); ask the tool, or answer ``cause`` ``outcome_unknown``."""
+    delivery count above 1); ask the tool, or answer ``cause`` ``outcome_unknown``.
+    ``none``: the step's tool has no effect on the world: its finished attempt need not
+    be recorded (it may run again)."""
     check_keys: list[str] = []
     """With ``effects`` ``once``: idempotency keys of earlier attempts of this step that
     were interrupted (timed out, their executor went silent) and may have acted. Before

@@ -28,7 +28,7 @@ from .messages import (
 )
 from .plan import Plan, Step
 from .reviews import PlanDecision, PlanReviewTask, ReviewTask, StepDecision, Verdict
-from .state import RunOwner, RunRecord, StepRecord
+from .state import RunOwner, RunRecord, StepRecord, StepRecords
 
 PUBLIC_MESSAGES: tuple[Any, ...] = (
     RunRequest,
@@ -54,6 +54,7 @@ PUBLIC_MESSAGES: tuple[Any, ...] = (
     Offloaded,
     RunRecord,
     StepRecord,
+    StepRecords,
     RunOwner,
     *RunEvent.__args__,
     EventBatch,

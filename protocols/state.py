@@ -6,12 +6,17 @@ Two kinds of keys, so a save costs the same at step 5 and at step 5,000:
   compare-and-set on its revision by the planner holding the run's lease, so a planner
   that lost the run learns it on its next write and stops;
 - ``runs.<run_id>.steps.<step_id>``: one ``StepRecord`` per step, written when that step
-  changes (alongside a header write).
+  changes (alongside a header write);
+- ``runs.<run_id>.ended.<n>``: in a run's last state, the records of the steps that had
+  none of their own (their events said all), several per entry (``StepRecords``): one
+  write per entry instead of one per step.
 """
 
 from __future__ import annotations
 
 from typing import Literal
+
+import msgspec
 
 from ._base import Message, ObjectRef, Usage
 from .lineage import RunId
@@ -34,6 +39,11 @@ def step_key(run_id: str, step_id: int) -> str:
 def step_keys(run_id: str) -> str:
     """The pattern matching every step record of a run."""
     return f"runs.{run_id}.steps.*"
+
+
+def ended_key(run_id: str, number: int) -> str:
+    """The key of the ``number``-th entry of an ended run's step records (from 0)."""
+    return f"runs.{run_id}.ended.{number}"
 
 
 class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
@@ -81,6 +91,15 @@ class StepRecord(Message, frozen=True, kw_only=True, tag="run.step"):
     is not known yet (its next attempt asks the tool about them before it acts)."""
 
 
+class StepRecords(Message, frozen=True, kw_only=True, tag="run.steps"):
+    """Step records of an ended run stored as one entry (key ``runs.<run_id>.ended.<n>``):
+    those of the steps that had no record of their own when the run ended."""
+
+    records: list[msgspec.Raw]
+    """The records, each a ``run.step`` message as JSON, exactly as it would be stored
+    alone (a reader decodes each on its own)."""
+
+
 class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     """Everything a planner needs to resume a run where another one stopped."""
 
@@ -104,7 +123,7 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     """The round whose synthesis was requested (-1: none yet)."""
     order: list[int] = []
     """Step ids in emission order, across rounds (each has a step record, but those in
-    ``replayed``)."""
+    ``replayed``; in an ended run's last state, its own or in an ``ended`` entry)."""
     dropped: list[int] = []
     """Ids of earlier rounds' unfinished steps: taken, never reused."""
     next_seq: int = 1
@@ -137,6 +156,10 @@ class RunRecord(Message, frozen=True, kw_only=True, tag="run.state"):
     fence: int = 0
     """Stream sequence of the owner's ``run.owner`` fence message; every event it publishes
     expects it to be the last one, so a planner that lost the run cannot add events."""
+    ended: int = 0
+    """Entries ``runs.<run_id>.ended.0`` to ``ended - 1`` (``StepRecords``) hold the
+    records of the steps with none under ``runs.<run_id>.steps.<step_id>``: written with
+    the run's last state (entries numbered from ``ended`` on are stale; ignore them)."""
 
 
 class RunOwner(Message, frozen=True, kw_only=True, tag="run.owner"):

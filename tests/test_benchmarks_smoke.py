@@ -55,6 +55,13 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
         assert row["planner_cpu_us"] == pytest.approx(row["planner_cpu_s"] / steps * 1e6)
         assert row["executor_cpu_us"] == pytest.approx(row["executor_cpu_s"] / steps * 1e6)
         assert 0 < row["cpu_resolution_us"] < row["planner_cpu_us"]
+        # messages stored per step, from the streams' counters: at least its task and its
+        # result's share, and the records of its finished attempt (two)
+        assert row["stored_tasks"] >= 1 and row["stored_outcomes"] > 0
+        assert row["stored_finished"] == 2
+        assert row["stored_total"] == pytest.approx(sum(
+            row[f"stored_{k}"] for k in ("tasks", "outcomes", "events", "fences", "finished",
+                                         "state", "objects", "errors")))
     concurrent = results["suites"]["concurrent"]["rows"]
     assert [r["planners"] for r in concurrent] == [1, 2]
     assert all(r["steps_per_s"] > 0 and r["planner_cpu_us"] > 0 for r in concurrent)
@@ -64,7 +71,7 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
             assert (tmp_path / row["file"]).read_text().startswith("# profile of")
     markdown = (tmp_path / "results.md").read_text()
     assert "## DAG shapes" in markdown and "## Runtime overhead" in markdown
-    assert "## Concurrent runs" in markdown
+    assert "## Concurrent runs" in markdown and "### Stored messages per step" in markdown
     assert "executor CPU µs/step" in markdown and "planner + synthesizer in one worker" in markdown
     assert "all roles in one process" in markdown  # the profile's CPU includes the executors
 

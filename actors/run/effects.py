@@ -8,7 +8,9 @@ never claimed after delivery): the next attempt carries that attempt's key in
 ``check_keys``, and its executor asks the tool whether it was done before acting, or fails
 it with cause ``outcome_unknown`` when the tool cannot tell. With no attempt left, the
 step fails ``outcome_unknown`` at once. An attempt whose outcome is known (a result came:
-a tool error, a critic's rejection) is retried as any step.
+a tool error, a critic's rejection) is retried as any step. A tool step whose tool says
+``effects = "none"`` (it only computes its output) carries that: its executor keeps no
+record of its finished attempts (``actors.finished``), for it may run again harmlessly.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def task_fields(run: RunOps, step: Step, attempt: int) -> dict[str, Any]:
     """The task's fields about side effects: its key, and for a ``once`` step the keys of
     the interrupted attempts its executor must ask about first."""
     fields: dict[str, Any] = {"idempotency_key": key(run, step.id, attempt)}
-    if once(run, step):
+    if step.tool is not None and run.env.team.effects_none(step.role, step.tool):
+        fields["effects"] = "none"  # nothing to do once: its executor records nothing
+    elif once(run, step):
         fields["effects"] = "once"
         fields["check_keys"] = list(run.meta[step.id].check_keys)
     return fields

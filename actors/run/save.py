@@ -21,7 +21,7 @@ from typing import ClassVar
 import anyio
 import msgspec
 
-from protocols import RunFailed, RunFinished, Step, StepRecord
+from protocols import RunFailed, RunFinished, Step, StepRecord, StepRecords, encode
 from runtime.bus import Fenced, Unsettled
 from runtime.dag import StepState
 
@@ -63,6 +63,8 @@ class RunSaver:
         self._removals = run.scheduler.removals
         self.events_seq = run.record.events_seq
         """Where the last written state said a takeover's replay starts."""
+        self.ended = run.record.ended
+        """``ended`` entries written so far (an ended run's step records, ``_ended``)."""
         self._saved = self._version = 0
         self._lock = anyio.Lock(fast_acquire=True)
 
@@ -98,6 +100,7 @@ class RunSaver:
             touched, self.touched = self.touched, set()
             run = self.run
             records = self._records(touched)
+            ended, records = self._ended(records)
             events_seq = self._replay_after()
             head = header(
                 run.record, run.scheduler, plan_closed=run.plan_closed,
@@ -106,18 +109,19 @@ class RunSaver:
                 owner=run.env.owner_id, lease_until=time.time() + run.env.lease,
                 round_reason=run.round_reason, fence=run.fence,
                 announced=sorted(identity_key(k) for k in run.events.announced),
-                replayed=sorted(self.unrecorded))
+                replayed=sorted(self.unrecorded), ended=self.ended + len(ended))
             try:
                 # Never cut in half by a cancel (an abort, a lost lease): a header the server
                 # took but whose revision we never learned would make the next save look
                 # like another planner's and drop the run (bounded by the store's retries).
                 with anyio.CancelScope(shield=True):
-                    await self.store.write(head, records)
+                    await self.store.write(head, records, [e for e, _ in ended])
             except BaseException:
                 self.touched |= touched  # written again next time
                 raise
-            for record in records:
+            for record in [*records, *(r for _, rs in ended for r in rs)]:
                 run.meta[record.step.id].recorded = True
+            self.ended = head.ended
             self.events_seq = events_seq
             self._saved = version
 
@@ -149,6 +153,34 @@ class RunSaver:
             if fresh[0][0] < newest:
                 self.unrecorded = dict(sorted(self.unrecorded.items(), key=lambda i: i[1]))
         return records
+
+    def _ended(self, records: list[StepRecord]
+               ) -> tuple[list[tuple[StepRecords, list[StepRecord]]], list[StepRecord]]:
+        """In an ended run's state, the records of the steps with none of their own go
+        several to an ``ended`` entry (each with its records), one write instead of one per
+        step; the rest, as before, each under its own key (one written before must not
+        stay behind, stale)."""
+        run = self.run
+        if run.record.status == "active":
+            return [], records
+        own = [r for r in records if run.meta[r.step.id].recorded]
+        loose = [r for r in records if not run.meta[r.step.id].recorded]
+        limit = run.env.bus.settings.max_message_bytes // 2
+        entries: list[tuple[StepRecords, list[StepRecord]]] = []
+        parts: list[msgspec.Raw] = []
+        chunk: list[StepRecord] = []
+        size = 0
+        for record in loose:
+            raw = encode(record)
+            if parts and size + len(raw) > limit:
+                entries.append((StepRecords(records=parts), chunk))
+                parts, chunk, size = [], [], 0
+            parts.append(msgspec.Raw(raw))
+            chunk.append(record)
+            size += len(raw)
+        if parts:
+            entries.append((StepRecords(records=parts), chunk))
+        return entries, own
 
     def _rescan(self) -> bool:
         """Whether every step without a record must be looked at again (``_records``);

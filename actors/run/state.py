@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,9 +21,11 @@ from protocols import (
     RunRecord,
     Step,
     StepRecord,
+    StepRecords,
     Usage,
     decode,
     encode,
+    ended_key,
     run_key,
     runs_bucket,
     step_key,
@@ -182,7 +184,7 @@ def step_record(scheduler: Scheduler, meta: StepMeta, step: Step) -> StepRecord:
 def header(
     base: RunRecord, scheduler: Scheduler, *, plan_closed: bool, synthesis_round: int,
     next_seq: int, events_seq: int, usage: Usage, owner: str, lease_until: float,
-    round_reason: str, fence: int, announced: list[str], replayed: list[int],
+    round_reason: str, fence: int, announced: list[str], replayed: list[int], ended: int = 0,
 ) -> RunRecord:
     return RunRecord(
         run_id=base.run_id, request=base.request, status=base.status, owner=owner,
@@ -191,7 +193,7 @@ def header(
         order=[s.id for s in scheduler.steps], dropped=sorted(scheduler.dropped),
         next_seq=next_seq, events_seq=events_seq, usage=usage, outcome=base.outcome,
         started_at=base.started_at, updated_at=time.time(), deadline=base.deadline,
-        announced=announced, fence=fence, replayed=replayed,
+        announced=announced, fence=fence, replayed=replayed, ended=ended,
         steps_done=len(scheduler.results),
     )
 
@@ -244,10 +246,15 @@ class RunStore:
         self._prefix = f"$KV.{bucket}."
         self._header_subject = self._prefix + run_key(run_id)
 
-    async def write(self, head: RunRecord, steps: list[StepRecord]) -> None:
-        """Store the step records, then the header; ``LostRun`` if another planner wrote
-        the header since our last write."""
-        await self._write_steps(steps, fence_headers(self._header_subject, self.revision))
+    async def write(self, head: RunRecord, steps: list[StepRecord],
+                    ended: Sequence[StepRecords] = ()) -> None:
+        """Store the step records (and an ended run's ``ended`` entries, numbered from
+        ``head.ended - len(ended)``), then the header; ``LostRun`` if another planner
+        wrote the header since our last write."""
+        first = head.ended - len(ended)
+        entries = [(step_key(self.run_id, r.step.id), encode(r)) for r in steps]
+        entries += [(ended_key(self.run_id, first + i), encode(e)) for i, e in enumerate(ended)]
+        await self._write_entries(entries, fence_headers(self._header_subject, self.revision))
         try:  # compare-and-set on the header's revision; busy (another write in flight) waits
             ack = await self._retrying(lambda: self.bus.js.publish(
                 self._header_subject, encode(head), stream=self._stream,
@@ -264,27 +271,27 @@ class RunStore:
                 raise LostRun(self.run_id) from exc
             self.revision = int(raw.seq or 0)  # it did; only its acknowledgement was lost
 
-    async def _write_steps(self, steps: list[StepRecord], fence: dict[str, str]) -> None:
+    async def _write_entries(self, entries: list[tuple[str, bytes]],
+                             fence: dict[str, str]) -> None:
         """All sent at once where the server allows it (their acknowledgements awaited
-        together), else one after another; a record whose pipelined write failed for any
+        together), else one after another; an entry whose pipelined write failed for any
         reason but a lost fence is written again the careful way."""
         if not self.bus.pipeline_fenced:
-            for record in steps:
-                await self._put(record, fence)
+            for key, data in entries:
+                await self._put(key, data, fence)
             return
         headers = {**fence, EXPECT_STREAM: self._stream}
         sent = []
-        for record in steps:
+        for key, data in entries:
             try:
-                future = await self.bus.js.publish_async(
-                    self._prefix + step_key(self.run_id, record.step.id), encode(record),
-                    headers=headers)
+                future = await self.bus.js.publish_async(self._prefix + key, data,
+                                                         headers=headers)
             except TRANSIENT:
                 future = None
-            sent.append((record, future))
-        await acknowledged([future for _, future in sent])
+            sent.append((key, data, future))
+        await acknowledged([future for _, _, future in sent])
         again = []
-        for record, future in sent:
+        for key, data, future in sent:
             try:
                 outcome(future)
             except UNCONFIRMED as exc:
@@ -292,15 +299,15 @@ class RunStore:
                     raise LostRun(self.run_id) from exc
                 if _busy(exc):
                     self.bus.fence_busy()
-                again.append(record)
-        for record in again:
-            await self._put(record, fence)
+                again.append((key, data))
+        for key, data in again:
+            await self._put(key, data, fence)
 
-    async def _put(self, record: StepRecord, fence: dict[str, str]) -> None:
-        subject = self._prefix + step_key(self.run_id, record.step.id)
+    async def _put(self, key: str, data: bytes, fence: dict[str, str]) -> None:
+        subject = self._prefix + key
         try:
             await self._retrying(lambda: self.bus.js.publish(
-                subject, encode(record), stream=self._stream, headers=fence))
+                subject, data, stream=self._stream, headers=fence))
         except APIError as exc:
             if getattr(exc, "err_code", None) == WRONG_LAST_SEQUENCE:
                 raise LostRun(self.run_id) from exc

@@ -8,6 +8,7 @@ from .errors import RunNotAccepted as RunNotAccepted
 from .errors import RunRefused as RunRefused
 from .errors import RunStalled as RunStalled
 from .outputs import step_output as step_output
+from .outputs import step_record as step_record
 from .plans import check_plan as check_plan
 from .plans import check_tool_allowed as check_tool_allowed
 from .plans import dump as dump
@@ -80,6 +81,7 @@ __all__ = (
     "request_replan",
     "run_status",
     "step_output",
+    "step_record",
     "store_plan",
     "stored_plan",
     "stored_plans",

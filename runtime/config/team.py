@@ -95,9 +95,12 @@ class ToolConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    effects: Literal["default", "once"] = "default"
+    effects: Literal["default", "once", "none"] = "default"
     """``once``: a call acts on the world and must not be repeated, even by another
-    attempt (as a role's ``effects``, for every step that may call this tool)."""
+    attempt (as a role's ``effects``, for every step that may call this tool). ``none``: a
+    call only computes its output (no effect on the world, so running it again harms
+    nothing): its tool steps' finished attempts are not recorded (two stored messages and
+    a round trip fewer per step), and a task delivered again may run it again."""
 
 
 class RoleConfig(BaseModel):
@@ -265,6 +268,14 @@ class TeamConfig(BaseModel):
         if config is not None and config.effects == "once":
             return True
         return any(self.tools[t].effects == "once" for t in tools if t in self.tools)
+
+    def effects_none(self, role: str, tool: str) -> bool:
+        """Whether a tool step of ``role`` calling ``tool`` has no effect on the world: the
+        tool says ``effects = "none"`` and the role does not say ``once``."""
+        config = self.roles.get(role)
+        if config is not None and config.effects == "once":
+            return False
+        return tool in self.tools and self.tools[tool].effects == "none"
 
     def role(self, name: str) -> RoleConfig:
         try:

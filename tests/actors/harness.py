@@ -77,7 +77,8 @@ def finish(answer: str, **fields: Any) -> Rule:
 
 def make_team(base_url: str, roles: dict[str, Any] | None = None, *,
               model: dict[str, Any] | None = None,
-              presets: dict[str, dict[str, Any]] | None = None, **policy: Any) -> TeamConfig:
+              presets: dict[str, dict[str, Any]] | None = None,
+              tool_config: dict[str, Any] | None = None, **policy: Any) -> TeamConfig:
     """Planner, a tool-only ``worker``, a synthesizer, plus ``roles``; all on the scripted
     model (its preset ``scripted`` extended with ``model``; ``presets`` are more presets of
     the same server for ``roles`` to name)."""
@@ -94,6 +95,8 @@ def make_team(base_url: str, roles: dict[str, Any] | None = None, *,
         },
         **policy,
     }
+    if tool_config:  # the team file's [tools.NAME] tables
+        data["tools"] = tool_config
     return team_from_dict(data, source="test team")
 
 
@@ -198,7 +201,8 @@ async def run_team(
     stream_usage: bool = True,
     during: Callable[[Bus, str], Awaitable[None]] | None = None,
     after: Callable[[Bus, str], Awaitable[None]] | None = None,
-    outcomes: list[object] | None = None, model_url: str | None = None, **policy: Any,
+    outcomes: list[object] | None = None, model_url: str | None = None,
+    tool_config: dict[str, Any] | None = None, **policy: Any,
 ) -> Outcome:
     """Run ``goal`` with a team answering from ``rules``; returns its events once it ended.
 
@@ -211,14 +215,16 @@ async def run_team(
     deployment stops (e.g. to wait for its last state), within the same deadline;
     ``outcomes`` receives every claim, result and batch of them the executors sent;
     ``model_url`` is a model server of the test's own (one it may kill), used instead of
-    serving ``rules`` here (no requests are recorded then).
+    serving ``rules`` here (no requests are recorded then); ``tool_config`` is the team
+    file's ``[tools.NAME]`` tables.
     """
     scenario = Scenario(rules=list(rules), rejects=list(rejects), stream_usage=stream_usage)
     async with contextlib.AsyncExitStack() as stack:
         server = None if model_url else \
             await stack.enter_async_context(open_scripted_model_server(scenario))
         base_url = server.base_url if server is not None else model_url or ""
-        team = make_team(base_url, roles, model=model, presets=presets, **policy)
+        team = make_team(base_url, roles, model=model, presets=presets,
+                         tool_config=tool_config, **policy)
         if planner_options:
             team.roles["planner"].options.update(planner_options)
         config = Settings(nats_url=nats_url, prefix=prefix, **(settings or {}))

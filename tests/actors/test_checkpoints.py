@@ -19,9 +19,11 @@ from protocols import (
     RunRecord,
     StepPlanned,
     StepRecord,
+    StepRecords,
     StepStarted,
     Stream,
     decode,
+    ended_key,
     run_key,
     runs_bucket,
     step_key,
@@ -103,7 +105,8 @@ async def test_a_short_result_is_acknowledged_before_the_state_records_it(
 async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix: str) -> None:
     """Planned, dispatched, claimed and finished with its whole output, a step's events
     say all: the state writes its record once, when the run ends (a wide plan wrote two
-    per step, then one per step as it finished), and the run's last state has them all."""
+    per step, then one per step as it finished, then one per step at the end), and the
+    run's last state has them all, in one ``ended`` entry written once."""
     writes: dict[str, int] = {}
     outputs: dict[int, str | None] = {}
     headers: list[RunRecord] = []
@@ -112,22 +115,25 @@ async def test_a_step_gets_one_record_written_once_it_ends(nats_url: str, prefix
         await header_watch(prefix, headers)(bus, run_id)  # the last save follows run.finished
         assert headers[-1].status == "finished"
         assert headers[-1].replayed == [] and headers[-1].steps_done == 40
+        assert headers[-1].ended == 1
         # Writes per key from the stream itself: nats-py's kv.history can miss a key's
         # only entry under load (its watcher reads the consumer's count after delivery).
         bucket = runs_bucket(prefix)
-        info = await bus.js.stream_info(f"KV_{bucket}",
-                                        subjects_filter=f"$KV.{bucket}.{step_keys(run_id)}")
-        writes.update(info.state.subjects or {})
+        for keys in (step_keys(run_id), f"runs.{run_id}.ended.*"):
+            info = await bus.js.stream_info(f"KV_{bucket}",
+                                            subjects_filter=f"$KV.{bucket}.{keys}")
+            writes.update(info.state.subjects or {})
         kv = await bus.js.key_value(bucket)
-        for sid in range(1, 41):
-            outputs[sid] = decode((await kv.get(step_key(run_id, sid))).value or b"",
-                                  StepRecord).output
+        entry = decode((await kv.get(ended_key(run_id, 0))).value or b"", StepRecords)
+        for raw in entry.records:
+            record = decode(bytes(raw), StepRecord)
+            outputs[record.step.id] = record.output
 
     lines = [plan_line(i, tool="echo", args={"text": f"{i}"}) for i in range(1, 41)]
     out = await run_team(nats_url, prefix, [Rule(role="planner", lines=lines),
                                             finish("done")], after=last_state)
     assert out.answer == "done"
-    assert len(writes) == 40 and set(writes.values()) == {1}, writes  # each written once
+    assert list(writes.values()) == [1], writes  # one entry, written once
     assert outputs == {sid: f"{sid}" for sid in range(1, 41)}
 
 

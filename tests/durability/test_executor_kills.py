@@ -31,12 +31,11 @@ from protocols import (
     Stream,
     Verb,
     decode,
-    runs_bucket,
-    step_key,
     stream_name,
     subject,
 )
 from runtime.bus import Bus
+from runtime.client import step_record as client_step_record
 from runtime.client import submit
 from runtime.config import Settings, load_team
 from runtime.testing import open_scripted_model_server
@@ -67,13 +66,16 @@ class Cluster:
 @asynccontextmanager
 async def deployment(
     nats_url: str, prefix: str, tmp_path: Path, plan: list[dict[str, Any]], *, workers: int = 2,
-    here: tuple[str, ...] = ("planner", "synthesizer"),
+    here: tuple[str, ...] = ("planner", "synthesizer"), claim_after: float | None = None,
 ) -> AsyncIterator[Cluster]:
-    """The roles ``here`` in this process, ``workers`` executor processes of role ``worker``."""
+    """The roles ``here`` in this process, ``workers`` executor processes of role ``worker``
+    (``claim_after``: their ``PLANCAST_CLAIM_AFTER``)."""
     async with open_scripted_model_server(plan_scenario(plan)) as model:
         team_file = tmp_path / "team.toml"
         team_file.write_text(team_toml(model.base_url))
         env = env_for(nats_url, prefix, tmp_path)
+        if claim_after is not None:
+            env["PLANCAST_CLAIM_AFTER"] = str(claim_after)
         settings = Settings(nats_url=nats_url, prefix=prefix, ack_wait=1.5, run_lease=1.5,
                             heartbeat_interval=0.5)
         procs: list[subprocess.Popen[str]] = []
@@ -97,9 +99,10 @@ def echo(step_id: int, text: str) -> dict[str, Any]:
 
 
 async def step_record(bus: Bus, run_id: str, step_id: int) -> StepRecord:
-    kv = await bus.js.key_value(runs_bucket(bus.prefix))
-    entry = await kv.get(step_key(run_id, step_id))
-    record: StepRecord = decode(entry.value, StepRecord)
+    """The step's record in the ended run's last state (its own key, or an ``ended``
+    entry)."""
+    record = await client_step_record(bus, run_id, step_id)
+    assert record is not None, f"step {step_id} of run {run_id} has no record"
     return record
 
 
@@ -123,6 +126,28 @@ async def test_sigkill_mid_step_the_step_completes_on_another_executor(
     assert events.of(StepFinished, 2)[0].output == "after a passed"
     assert finished.answer == "all done"
     print(f"\nRECOVERY executor SIGKILL: {done.ts - killed_at:.2f}s (ack wait 1.5s)")
+
+
+async def test_sigkill_before_the_deferred_claim_the_step_completes_on_another_executor(
+    nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """An executor claims a step only once it has run ``claim_after`` (its result claims a
+    quicker one): killed before that, it never said it held the step, and the step still
+    completes on another executor (its task comes again once the ack wait passes)."""
+    plan = [gate(1, "a"), echo(2, "after $1")]
+    async with deployment(nats_url, prefix, tmp_path, plan, claim_after=60.0) as d:
+        accepted = await submit(d.bus, RunRequest(goal="survive a crash before the claim"))
+        async with following(d.bus, accepted.run_id) as events:
+            await appears(d.test_dir / "a.1.started")
+            victim = int((d.test_dir / "a.1.started").read_text())
+            os.kill(victim, signal.SIGKILL)
+            finished = await events.finished()
+    started = events.of(StepStarted, 1)
+    assert started and all(pid_of(e.executor) != victim for e in started)  # never claimed
+    [done] = events.of(StepFinished, 1)
+    assert pid_of(done.executor) != victim and done.output == "a passed"
+    assert events.of(StepFinished, 2)[0].output == "after a passed"
+    assert finished.answer == "all done"
 
 
 async def test_side_effect_then_sigkill_is_recorded_once(

@@ -34,11 +34,21 @@ def test_effects_once_on_a_role_or_a_tool() -> None:
     assert not by_tool.effects_once("worker", ["http_get"])
 
 
+def test_effects_none_on_a_tool_unless_its_role_says_once() -> None:
+    """A tool that only computes its output: its tool steps keep no record of finished
+    attempts. A role that says ``once`` keeps them for every step."""
+    assert not team().effects_none("worker", "echo")  # the default is unchanged
+    pure = {"tools": {"echo": {"effects": "none"}}}
+    assert team(**pure).effects_none("worker", "echo")
+    assert not team(**pure).effects_none("worker", "http_get")
+    assert not team({"effects": "once"}, **pure).effects_none("worker", "echo")
+
+
 @pytest.mark.parametrize(("worker", "extra", "says"), [
     ({"effects": "twice"}, {}, "team.toml: roles.worker.effects: Input should be 'default' "
                                "or 'once'"),
     ({}, {"tools": {"echo": {"effects": "never"}}},
-     "team.toml: tools.echo.effects: Input should be 'default' or 'once'"),
+     "team.toml: tools.echo.effects: Input should be 'default', 'once' or 'none'"),
     ({}, {"tools": {"echo": {"effect": "once"}}}, "team.toml: tools.echo.effect: Extra inputs"),
     ({}, {"tools": {"mail": {"effects": "once"}}},
      "team.toml: [tools.mail] names a tool no executor role lists in its tools"),
