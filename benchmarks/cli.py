@@ -89,7 +89,8 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
                 peers["comparison"] = compare(rows, peers["peers"], peers["floor"])
                 suites["peers"] = peers
         if "concurrent" in selected:
-            suites["concurrent"] = await run_concurrent(nats.url, config, progress)
+            suites["concurrent"] = await run_concurrent(nats.url, config, progress,
+                                                         server_pid=nats.pid)
         if "profile" in selected:
             suites["profile"] = await run_profile(nats.url, config, out_dir, progress)
     return suites
