@@ -33,7 +33,8 @@ RESULTS = Path(__file__).parent / "results"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="plancast benchmarks: DAG shapes, runtime overhead, peers, profile.")
+        description="plancast benchmarks: DAG shapes, runtime overhead, concurrent runs, peers, "
+                    "profile.")
     parser.add_argument("--suite", action="append", default=None,
                         help=f"suite(s) to run, repeatable or comma-separated: "
                              f"{', '.join(SUITES)} (default: all)")
