@@ -124,6 +124,9 @@ class Planner(RoleActor):
         self.runs: dict[str, Run] = {}
         self.starting: set[str] = set()
         """Runs taken on whose driver has not finished (``runs`` holds those it took)."""
+        self.admitting = 0
+        """Submissions past the ``max_active_runs`` check whose record is being stored: they
+        count against the limit, so a burst cannot take more than the limit at once."""
         self.listening: dict[str, anyio.Event] = {}
         """Set once the run's results consumer is there (or its driver gave up), by run."""
         self._admissions: dict[str, tuple[anyio.Lock, int]] = {}
@@ -218,11 +221,15 @@ class Planner(RoleActor):
         if (listening := self.listening.get(run_id)) is not None:
             return listening  # submitted again: nothing to store
         accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
-        if len(self.starting) >= self.ctx.team.max_active_runs:
+        if len(self.starting) + self.admitting >= self.ctx.team.max_active_runs:
             if everyone:  # another planner with room may take it: give it a moment
                 await anyio.sleep(FULL_GRACE)
             if (known := await self._known(run_id)) is None:
                 limit = self.ctx.team.max_active_runs
+                if not everyone:  # only we heard it: "retryable" sends it to every planner
+                    return RunRejected(retryable=True, reason=(
+                        f"planner {self.owner_id} already drives {limit} runs; sent again "
+                        "to every planner, one with room takes it"))
                 log.warning("run %s refused: %d runs active", run_id, len(self.starting))
                 return RunRejected(reason=(
                     f"planner {self.owner_id} already drives {limit} runs (max_active_runs "
@@ -245,7 +252,11 @@ class Planner(RoleActor):
                            lease_until=now + self.lease, started_at=now,
                            deadline=now + timeout if timeout else 0.0)
         try:
-            revision = await self._create(record)
+            self.admitting += 1
+            try:
+                revision = await self._create(record)
+            finally:
+                self.admitting -= 1
         except KeyWrongLastSequenceError:
             log.info("run %s was submitted before", run_id)
             known = await self._known(run_id)

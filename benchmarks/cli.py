@@ -33,7 +33,8 @@ RESULTS = Path(__file__).parent / "results"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="plancast benchmarks: DAG shapes, runtime overhead, peers, profile.")
+        description="plancast benchmarks: DAG shapes, runtime overhead, concurrent runs, peers, "
+                    "profile.")
     parser.add_argument("--suite", action="append", default=None,
                         help=f"suite(s) to run, repeatable or comma-separated: "
                              f"{', '.join(SUITES)} (default: all)")
@@ -89,7 +90,8 @@ async def run_suites(config: BenchConfig, out_dir: Path, progress: Progress) -> 
                 peers["comparison"] = compare(rows, peers["peers"], peers["floor"])
                 suites["peers"] = peers
         if "concurrent" in selected:
-            suites["concurrent"] = await run_concurrent(nats.url, config, progress)
+            suites["concurrent"] = await run_concurrent(nats.url, config, progress,
+                                                         server_pid=nats.pid)
         if "profile" in selected:
             suites["profile"] = await run_profile(nats.url, config, out_dir, progress)
     return suites

@@ -60,9 +60,11 @@ def scenario(rules: Iterable[Rule], time_scale: float) -> Scenario:
 
 
 def team_data(base_url: str, executors: dict[str, list[str]], *, stream_plan: bool = True,
-              concurrency: int = 256, tool_effects: str = "default") -> dict[str, Any]:
+              concurrency: int = 256, tool_effects: str = "default",
+              max_active_runs: int | None = None) -> dict[str, Any]:
     """A team as TOML-shaped data: planner, synthesizer and tool-only executor roles
-    (``tool_effects``: what their tools declare, ``[tools.NAME] effects``)."""
+    (``tool_effects``: what their tools declare, ``[tools.NAME] effects``;
+    ``max_active_runs``: runs one planner takes on at once, the team's default if None)."""
     roles: dict[str, Any] = {
         "planner": {"kind": "planner", "model": "scripted",
                     "options": {"stream_plan": stream_plan}},
@@ -73,6 +75,8 @@ def team_data(base_url: str, executors: dict[str, list[str]], *, stream_plan: bo
                        "description": f"runs {', '.join(tools)}"}
     model = {"model": "scripted-model", "base_url": base_url, "max_retries": 0}
     data: dict[str, Any] = {"models": {"scripted": model}, "roles": roles}
+    if max_active_runs is not None:
+        data["max_active_runs"] = max_active_runs
     if tool_effects != "default":
         data["tools"] = {t: {"effects": tool_effects}
                          for tools in executors.values() for t in tools}
@@ -85,7 +89,8 @@ def team(base_url: str, executors: dict[str, list[str]], **options: Any) -> Team
 
 def team_toml(data: dict[str, Any]) -> str:
     """``team_data`` as a TOML file for ``plancast worker --team`` (JSON values are TOML)."""
-    lines = []
+    lines = [f"{key} = {json.dumps(value)}" for key, value in data.items()
+             if not isinstance(value, dict)]
     for name, model in data["models"].items():
         lines.append(f"[models.{name}]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in model.items()]

@@ -174,18 +174,49 @@ FLOOR_NOTE = (
 
 
 CONCURRENT_COLUMNS: list[Column] = [
-    ("planner processes", "planners", 0), ("runs", "runs", 0),
-    ("steps per run", "steps_per_run", 0), ("wall s", "wall_s", 3),
-    ("steps/s", "steps_per_s", 0), ("planner CPU µs/step", "planner_cpu_us", 0),
+    ("what", "what", 0), ("runs", "runs", 0), ("steps per run", "steps_per_run", 0),
+    ("wall s", "wall_s", 3), ("steps/s", "steps_per_s", 0),
+    ("runs per planner", "runs_per_planner", 0), ("split within 60/40", "split_even", 0),
+    ("planner CPU µs/step", "planner_cpu_us", 0), ("planner CPU s", "cpu_planner_s", 3),
+    ("executor CPU s", "cpu_executor_s", 3), ("nats-server CPU s", "cpu_nats_s", 3),
+    ("benchmark CPU s", "cpu_bench_s", 3), ("busy loops CPU s", "cpu_load_s", 3),
 ]
 
 
+def _yes_no(row: dict[str, Any]) -> dict[str, Any]:
+    even = row.get("split_even")
+    return {**row, "split_even": None if even is None else ("yes" if even else "no")}
+
+
 def _concurrent(p: dict[str, Any]) -> list[str]:
-    return [f"## Concurrent runs ({p['workload']} each, submitted at once)", "",
-            table(CONCURRENT_COLUMNS, p["rows"]), "",
-            "every role in its own child process (executors in one, each planner with a "
-            "synthesizer in its own); wall = first submit → last run finished; planner CPU = "
-            "the planner processes' CPU time ÷ all steps.", ""]
+    rows = [_yes_no(r) for r in p["rows"]]
+    if p.get("floor"):
+        rows.append(p["floor"])
+    lines = [f"## Concurrent runs ({p['workload']} each, submitted at once)", "",
+             table(CONCURRENT_COLUMNS, rows), ""]
+    if "loaded_over_quiet" in p:
+        lines += [f"loaded ÷ quiet (1 planner): {fmt(p['loaded_over_quiet'], 2)}; bus alone "
+                  f"÷ plancast (1 planner, quiet): {fmt(1 / p['plancast_over_floor'], 2)}.", ""]
+    lines += [CONCURRENT_NOTE, ""]
+    return lines
+
+
+CONCURRENT_NOTE = (
+    "plancast: every role in its own child process (executors in one, each planner with a "
+    "synthesizer in its own); wall = first submit → last run finished; runs per planner = "
+    "each run's `RunStarted.planner`, most first (the submit subject's queue group hands "
+    "each submission to one planner at random); planner CPU µs/step = the planner "
+    "processes' CPU time ÷ all steps. CPU s = each process's CPU time (user + system, /proc) "
+    "over the measured burst: planner(s), executors, nats-server, and the benchmark's own "
+    "process (submitting, following every run's events, the scripted model). The loaded "
+    "row: the same burst with one CPU-bound child process per core (a busy loop, at the "
+    "benchmark's priority) beside it, standing for a second benchmark using the machine. "
+    "bus alone (`benchmarks/floor_concurrent.py`): the same runs at once with nothing but "
+    "the messages plancast stores per step: each task a stored message in a work-queue "
+    "stream, acknowledged by the executor; each run's results of one moment one stored "
+    "message; one stored event message per step; a planner child process sends each run's "
+    "tasks as their dependencies finish, an executor child process answers. No submission, "
+    "run record, plan, synthesis, state or recovery: the floor, not a runtime.")
 
 
 def _profile(p: dict[str, Any]) -> list[str]:

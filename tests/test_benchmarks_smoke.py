@@ -12,6 +12,7 @@ import pytest
 from benchmarks.config import BenchConfig
 from benchmarks.dag import Dag, Node
 from benchmarks.floor import MODES, run_floor
+from benchmarks.floor_concurrent import deployment
 from benchmarks.shapes import all_shapes
 from benchmarks.suite_peers import compare
 from benchmarks.workloads import chain, fan_out
@@ -62,9 +63,24 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
         assert row["stored_total"] == pytest.approx(sum(
             row[f"stored_{k}"] for k in ("tasks", "outcomes", "events", "fences", "finished",
                                          "state", "objects", "errors")))
-    concurrent = results["suites"]["concurrent"]["rows"]
-    assert [r["planners"] for r in concurrent] == [1, 2]
-    assert all(r["steps_per_s"] > 0 and r["planner_cpu_us"] > 0 for r in concurrent)
+    suite = results["suites"]["concurrent"]
+    concurrent = suite["rows"]
+    assert [(r["planners"], r["load"] > 0) for r in concurrent] == [(1, False), (2, False),
+                                                                    (1, True)]
+    runs = config["concurrent_runs"]
+    for row in concurrent:
+        assert row["steps_per_s"] > 0 and row["planner_cpu_us"] > 0
+        # each run counted once, on the planner its RunStarted names
+        shares = [int(n) for n in row["runs_per_planner"].split("/")]
+        assert len(shares) == row["planners"] and sum(shares) == runs
+        assert row["split_even"] == (max(shares) <= 0.6 * runs if row["planners"] > 1
+                                     else None)
+        assert {"cpu_planner_s", "cpu_executor_s", "cpu_nats_s", "cpu_bench_s"} <= row.keys()
+    assert concurrent[2]["cpu_load_s"] > 0  # the busy loops ran beside the loaded burst
+    floor = suite["floor"]
+    assert floor["runs"] == runs and floor["steps_per_s"] > 0
+    assert {"cpu_planner_s", "cpu_executor_s", "cpu_nats_s"} <= floor.keys()
+    assert suite["loaded_over_quiet"] > 0 and suite["plancast_over_floor"] > 0
     for row in results["suites"]["profile"]["rows"]:
         assert row["cpu_per_step_us"] > 0
         if row["file"]:  # the 1,000-step workload has figures only
@@ -72,6 +88,10 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
     markdown = (tmp_path / "results.md").read_text()
     assert "## DAG shapes" in markdown and "## Runtime overhead" in markdown
     assert "## Concurrent runs" in markdown and "### Stored messages per step" in markdown
+    for column in ("runs per planner", "split within 60/40", "nats-server CPU s",
+                   "executor CPU s", "busy loops CPU s"):
+        assert column in markdown
+    assert "| bus alone (stored) |" in markdown and "loaded ÷ quiet" in markdown
     assert "executor CPU µs/step" in markdown and "planner + synthesizer in one worker" in markdown
     assert "all roles in one process" in markdown  # the profile's CPU includes the executors
 
@@ -103,3 +123,19 @@ async def test_the_bus_alone_runs_each_dag_in_dependency_order(nats_url: str) ->
     plancast = [{"workload": d.name, "wall_s": 1.0, "wall_over_bound": 2.0} for d in dags]
     entry = compare(plancast, {}, floor)[1]
     assert entry["floor_grouped_over_bound"] == floor["grouped"][1]["wall_over_bound"]
+
+
+@pytest.mark.anyio
+async def test_the_concurrent_floor_stores_each_steps_task_result_and_event(
+        nats_url: str) -> None:
+    """The bus alone at the concurrent load does at least plancast's per-step bus work:
+    every task stored in the work queue and acknowledged (the work queue ends empty), one
+    stored event per step, each run's results stored."""
+    runs, width = 5, 3
+    steps = runs * (width + 2)
+    async with deployment(nats_url, "cfloortest", width) as floor:
+        assert await floor.burst(runs) > 0
+        stored = await floor.stored()
+    assert stored["tasks_sent"] == steps and stored["tasks_held"] == 0  # stored, then acked
+    assert stored["events"] == steps
+    assert runs * 3 <= stored["results"] <= steps  # a run's steps of one moment share one

@@ -75,8 +75,9 @@ async def submit(bus: Bus, request: RunRequest, *,
     a longer wait each time, until ``timeout``: on ``run.resubmit``, which every planner
     hears, so it cannot be lost again to the one planner the queue group chose. While no
     planner listens (workers still starting), it is sent again too: nobody received it. A
-    planner that could not store the run now (a leader election) says so ("retryable"):
-    sent again too. Only a refusal of the request itself is final (``RunRefused``).
+    planner that could not store the run now (a leader election), or that the queue group
+    chose while it drives ``max_active_runs`` runs, says so ("retryable"): sent again too.
+    Only a refusal of the request itself is final (``RunRefused``).
     """
     if request.run_id is None:
         request = msgspec.structs.replace(request, run_id=new_run_id())
