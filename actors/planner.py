@@ -60,6 +60,8 @@ from runtime.bus import (
     Fenced,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
+    NotFoundError,
+    consumer_config,
     current_values,
     describe,
     is_transient,
@@ -168,20 +170,20 @@ class Planner(RoleActor):
         cannot be stored now, answer "retryable": never a refusal for a passing failure.
 
         A resubmission (``run.resubmit``: its first try got no answer) reaches every
-        planner; the one that stores the run's record answers, and so does any for a run
-        that has ended; the others say nothing (the run's owner answers)."""
+        planner; the one that stores the run's record answers, and so does any other once
+        the run's results consumer is there (``_keep_outcomes``), whoever drives it."""
         run_id = request.run_id or new_run_id()
         everyone = delivery.subject == self.bus.subject(Verb.RUN_RESUBMIT)
         accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
-        answer: RunAccepted | RunRejected | None
+        answer: RunAccepted | RunRejected
         try:
             async with self._admitting(run_id):
                 decided = await self._answer(request, run_id, everyone=everyone)
             if isinstance(decided, anyio.Event):
                 # We drive it: answered once the run's results consumer is there. The
                 # results stream keeps only what some consumer reads, so a cancel sent the
-                # moment the run is accepted must find it. (Not made here: the run starts
-                # at once, its lease running, and only its driver makes and removes it.)
+                # moment the run is accepted must find it. (Its driver makes it: the run
+                # starts at once, its lease running.)
                 with anyio.move_on_after(self.lease):
                     await decided.wait()
                 decided = accepted
@@ -195,8 +197,7 @@ class Planner(RoleActor):
             answer = RunRejected(retryable=True, reason=(
                 f"planner {self.owner_id} could not store run {run_id} now "
                 f"({describe(exc)}); send it again with the same run id"))
-        if answer is not None:
-            await delivery.respond(answer)
+        await delivery.respond(answer)
 
     @contextlib.asynccontextmanager
     async def _admitting(self, run_id: str) -> AsyncIterator[None]:
@@ -215,9 +216,9 @@ class Planner(RoleActor):
                 self._admissions[run_id] = (lock, waiting - 1)
 
     async def _answer(self, request: RunRequest, run_id: str, *,
-                      everyone: bool) -> RunAccepted | RunRejected | anyio.Event | None:
+                      everyone: bool) -> RunAccepted | RunRejected | anyio.Event:
         """The answer to a submission: an event for a run we drive (set once its results
-        consumer is there), None to leave it to the planner that owns the run."""
+        consumer is there)."""
         if (listening := self.listening.get(run_id)) is not None:
             return listening  # submitted again: nothing to store
         accepted = RunAccepted(run_id=run_id, events_subject=self.bus.subject(Verb.EVENT, run_id))
@@ -235,7 +236,7 @@ class Planner(RoleActor):
                     f"planner {self.owner_id} already drives {limit} runs (max_active_runs "
                     "in the team file); submit again once some have ended, or start another "
                     "planner"))
-            return await self._again(known, accepted, everyone=everyone)
+            return await self._again(known, accepted)
         problem = (request_problem(self.ctx.team, request)
                    or review_problem(self.ctx.team.review_plan, request.review_plan))
         if problem:
@@ -261,7 +262,7 @@ class Planner(RoleActor):
             log.info("run %s was submitted before", run_id)
             known = await self._known(run_id)
             return accepted if known is None else \
-                await self._again(known, accepted, everyone=everyone)
+                await self._again(known, accepted)
         return self._start(record, revision, adopted=False)
 
     async def _create(self, record: RunRecord) -> int:
@@ -291,12 +292,11 @@ class Planner(RoleActor):
             await anyio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP)
 
-    async def _again(self, known: tuple[RunRecord, int], accepted: RunAccepted, *,
-                     everyone: bool) -> RunAccepted | anyio.Event | None:
-        """The answer for a run submitted before: accepted (once its results consumer is
-        there, if we drive it: the event); to a resubmission only from its owner, or from
-        anyone once it has ended. An active run that is ours but that we do not drive (a
-        create answered too late, a take that failed) is taken on again now."""
+    async def _again(self, known: tuple[RunRecord, int],
+                     accepted: RunAccepted) -> RunAccepted | anyio.Event:
+        """The answer for a run submitted before: accepted once its results consumer is
+        there (if we drive it: the event). An active run that is ours but that we do not
+        drive (a create answered too late, a take that failed) is taken on again now."""
         record, revision = known
         listening = self.listening.get(record.run_id)
         if listening is None and record.status == "active" and record.owner == self.owner_id:
@@ -304,9 +304,29 @@ class Planner(RoleActor):
                 or self.listening.get(record.run_id)
         if listening is not None:
             return listening
-        if everyone and record.status == "active":
-            return None
+        if record.status == "active":
+            await self._keep_outcomes(record.run_id)
         return accepted
+
+    async def _keep_outcomes(self, run_id: str) -> None:
+        """Make sure an active run another planner drives has its results consumer before
+        its submitter hears "accepted": the results stream keeps only what some consumer
+        reads, so a cancel sent the moment after must find one. Its driver may not have
+        made it yet, or may be cut off or stopped (chaos seed 51: the only planner that
+        could answer was partitioned past the submitter's deadline). The driver binds to
+        the consumer made here; one made as the run ended is removed again."""
+        results = stream_name(self.bus.prefix, Stream.RESULTS)
+        queue = self._outcomes(run_id)
+        try:
+            await self.bus.js.consumer_info(results, queue.consumer)
+            return
+        except NotFoundError:
+            pass
+        await self.bus.js.add_consumer(results, config=consumer_config(queue, self.settings))
+        known = await self._known(run_id)
+        if known is None or known[0].status != "active":
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.bus.js.delete_consumer(results, queue.consumer)
 
     async def _take_back(self, record: RunRecord, revision: int) -> anyio.Event | None:
         """Drive a run of ours that nobody drives; None if its record changed meanwhile
