@@ -108,11 +108,8 @@ class Executor(StepRole):
         claim = StepClaimed(run_id=task.run_id, step_id=task.step.id, attempt=task.attempt,
                             executor=ctx.executor, delivery=ctx.delivery,
                             heartbeat=self.settings.heartbeat_interval, nonce=task.nonce)
-        if task.effects == "none":  # no effect on the world: nothing to record first
-            result, msg_id = await self._run(task, delivery, ctx, claim, results)
-            await self._send_result(results, await self._unrecorded(task, result, msg_id))
-            return
-        begun = await self._begin(task, ctx, claim)
+        # A step with no effect on the world has nothing to record first (``None``).
+        begun = None if task.effects == "none" else await self._begin(task, ctx, claim)
         if isinstance(begun, Recorded):  # it ran to its end before: its result again
             log.info("%s: step %d attempt %d of run %s finished already (%s): its result "
                      "is sent again, the step is not run again", self.name, task.step.id,
@@ -128,7 +125,8 @@ class Executor(StepRole):
                              task.step.id, task.attempt, task.run_id, running.stopped)
                     return
                 running.scope = None  # a stop that comes while it is recorded is too late
-                done = recorded = await self._record(task, result, msg_id, begun)
+                done = recorded = await self._unrecorded(task, result, msg_id) \
+                    if begun is None else await self._record(task, result, msg_id, begun)
             finally:
                 self.in_hand.end(task, running, recorded)
         await self._send_result(results, done)

@@ -29,16 +29,19 @@ from .harness import appears, env_for, following, plan_scenario, spawn, stop, te
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.parametrize("effects", ["default", "none"])
 async def test_a_cancelled_runs_running_step_is_stopped_and_its_executor_serves_on(
-    nats_url: str, prefix: str, tmp_path: Path
+    nats_url: str, prefix: str, tmp_path: Path, effects: str
 ) -> None:
     """The run is cancelled while its one executor (one slot) waits inside step 1: the
     step is cancelled there, its run says nothing more of it, and the next run's step gets
-    the slot. Before, the step ran on until its tool returned, holding the slot."""
+    the slot. Before, the step ran on until its tool returned, holding the slot (and a
+    step whose tool says ``effects = "none"``, which records nothing, was not stopped)."""
     plan = [{"id": 1, "role": "worker", "tool": "gate", "args": {"name": "g"}}]
     async with open_scripted_model_server(plan_scenario(plan)) as model:
         team_file = tmp_path / "team.toml"
-        team_file.write_text(team_toml(model.base_url))
+        team_file.write_text(team_toml(model.base_url) + (
+            f'\n[tools.gate]\neffects = "{effects}"\n' if effects != "default" else ""))
         settings = Settings(nats_url=nats_url, prefix=prefix, heartbeat_interval=0.5)
         worker = await spawn(team_file, "worker", env_for(nats_url, prefix, tmp_path))
         try:
