@@ -4,10 +4,13 @@ No planning, no events, no state, no model calls and no recovery: this process s
 step's task once its dependencies are done, a child process sleeps the step's time and
 answers, the steps that end in the same event-loop turn in one message. It is the floor
 under plancast's figures on this machine (what three process hops per layer and the
-server's storing cost before any runtime work), not a runtime. Three ways, in the same run:
+server's storing cost before any runtime work), not a runtime. Four ways, in the same run:
 ``stored`` sends every task as a stored JetStream message of its own (a work-queue stream
-on file) and the results of one moment as one, as plancast does; ``grouped`` also sends the
-tasks that become ready together as one stored message; ``core`` stores nothing (core NATS).
+on file) and the results of one moment as one, as plancast does; ``recorded`` also writes
+the two records of each finished attempt plancast's executor writes before it answers
+(its claim, then its result over it, each with the expected-last-sequence check, awaited
+in turn: ``actors.finished``); ``grouped`` sends the tasks that become ready together as
+one stored message; ``core`` stores nothing (core NATS).
 
 ``python -m benchmarks.floor NATS_URL NAME`` is the child that runs the steps.
 """
@@ -36,7 +39,7 @@ from .config import BenchConfig
 from .dag import Dag
 from .suite_overhead import summarize
 
-MODES = ("stored", "grouped", "core")
+MODES = ("stored", "recorded", "grouped", "core")
 RUN_TIMEOUT = 120.0
 """Seconds a run may take before the measurement fails, saying so."""
 FOREVER_NS = 3_600 * 10**9
@@ -51,11 +54,16 @@ class Tasks(msgspec.Struct, array_like=True):
     reply: str
     """Where each step's id goes when it is done."""
     stored: bool
+    records: str = ""
+    """The subject prefix of the run's records of finished attempts ("": none kept)."""
 
 
 def _subjects(name: str) -> tuple[str, str, str]:
     """(stored tasks, stored results, core tasks)."""
     return f"{name}.task", f"{name}.result", f"{name}.core"
+
+
+EXPECT = "Nats-Expected-Last-Subject-Sequence"
 
 
 async def _pull(nc: Client, stream: str, consumer: str, inbox: str) -> None:
@@ -87,7 +95,12 @@ async def executor(url: str, name: str) -> None:
         spawn(js.publish(reply, body) if stored else nc.publish(reply, body))
 
     async def step(tasks: Tasks, step_id: int, seconds: float) -> None:
+        record = f"{tasks.records}.{step_id}"
+        if tasks.records:  # the attempt's claim, then its result over it
+            claim = await js.publish(record, b"claim", headers={EXPECT: "0"})
         await asyncio.sleep(seconds)
+        if tasks.records:
+            await js.publish(record, b"result", headers={EXPECT: str(claim.seq)})
         key = (tasks.reply, tasks.stored)
         if key not in ended:
             ended[key] = []
@@ -122,6 +135,8 @@ class Coordinator:
         self.task_subject, self.result_subject, self.core_subject = _subjects(name)
         self.core_inbox = nc.new_inbox()
         self.done: asyncio.Queue[list[int]] = asyncio.Queue()
+        self.records = f"{name}F"
+        self.runs = 0
         self.decoder = msgspec.msgpack.Decoder(list[int])
 
     async def listen(self, name: str) -> None:
@@ -142,13 +157,15 @@ class Coordinator:
             await self.nc.publish(self.core_subject, msgspec.msgpack.encode(tasks))
             return
         groups = [steps] if mode == "grouped" else [[s] for s in steps]
+        records = f"{self.records}.{self.runs}" if mode == "recorded" else ""
         for group in groups:  # the acknowledgements are not waited for: a floor
-            tasks = Tasks(group, self.result_subject, stored=True)
+            tasks = Tasks(group, self.result_subject, stored=True, records=records)
             await self.js.publish_async(self.task_subject, msgspec.msgpack.encode(tasks))
 
     async def run(self, mode: str, dag: Dag) -> float:
         """Wall seconds from the first task sent to the last step done."""
         waiting = {n.id: len(n.deps) for n in dag.nodes}
+        self.runs += 1
         started = time.perf_counter()
         await self.send(mode, dag, [sid for sid, deps in waiting.items() if deps == 0])
         left = len(dag)
@@ -168,7 +185,7 @@ class Coordinator:
 
 
 @contextlib.asynccontextmanager
-async def _deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
+async def deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
     """The floor's two streams, the child running steps, and the coordinator."""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
@@ -181,6 +198,9 @@ async def _deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
         name=f"{name}R", subjects=[f"{name}.result"], storage=api.StorageType.FILE))
     await js.add_consumer(f"{name}R", api.ConsumerConfig(
         durable_name="coordinator", ack_policy=api.AckPolicy.NONE))
+    await js.add_stream(api.StreamConfig(  # as plancast's finished stream keeps them
+        name=f"{name}F", subjects=[f"{name}F.>"], storage=api.StorageType.FILE,
+        max_msgs_per_subject=1))
     child = await anyio.open_process([sys.executable, "-m", "benchmarks.floor", nats_url, name],
                                      cwd=ROOT)
     try:
@@ -198,7 +218,7 @@ async def _deployment(nats_url: str, name: str) -> AsyncIterator[Coordinator]:
     finally:
         child.kill()
         await child.aclose()
-        for stream in (name, f"{name}R"):
+        for stream in (name, f"{name}R", f"{name}F"):
             await js.delete_stream(stream)
         await nc.close()
 
@@ -207,7 +227,7 @@ async def run_floor(nats_url: str, dags: Sequence[Dag], config: BenchConfig,
                     progress: Any) -> dict[str, list[dict[str, Any]]]:
     """Per way, one row per workload (the same figures as the peers' rows)."""
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    async with _deployment(nats_url, f"floor{time.time_ns()}") as coordinator:
+    async with deployment(nats_url, f"floor{time.time_ns()}") as coordinator:
         for mode in MODES:  # warm-up
             await coordinator.run(mode, dags[0])
         for dag in dags:

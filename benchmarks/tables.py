@@ -167,9 +167,11 @@ FLOOR_NOTE = (
     "bus alone (`benchmarks/floor.py`): the same DAG with no planning, events, state or "
     "model calls, this process sending each task as its dependencies finish and a child "
     "process running it; stored: every task a stored JetStream message, and the results "
-    "of one moment one, as plancast sends them; grouped: the tasks ready together as one "
-    "stored message too; core: nothing stored. The floor under plancast's figures on this "
-    "machine, not a runtime."
+    "of one moment one, as plancast sends them; recorded: stored, and each step's two "
+    "records of its finished attempt written as plancast's executor writes them before it "
+    "answers (a claim, then the result over it, each checked and awaited in turn); "
+    "grouped: the tasks ready together as one stored message too; core: nothing stored. "
+    "The floor under plancast's figures on this machine, not a runtime."
 )
 
 

@@ -12,6 +12,7 @@ import pytest
 from benchmarks.config import BenchConfig
 from benchmarks.dag import Dag, Node
 from benchmarks.floor import MODES, run_floor
+from benchmarks.floor import deployment as floor_deployment
 from benchmarks.floor_concurrent import deployment
 from benchmarks.shapes import all_shapes
 from benchmarks.suite_peers import compare
@@ -123,6 +124,20 @@ async def test_the_bus_alone_runs_each_dag_in_dependency_order(nats_url: str) ->
     plancast = [{"workload": d.name, "wall_s": 1.0, "wall_over_bound": 2.0} for d in dags]
     entry = compare(plancast, {}, floor)[1]
     assert entry["floor_grouped_over_bound"] == floor["grouped"][1]["wall_over_bound"]
+
+
+@pytest.mark.anyio
+async def test_the_recorded_floor_writes_each_steps_claim_then_its_result_over_it(
+        nats_url: str) -> None:
+    """``recorded`` does the executor's record writes too: per step a claim, then the
+    result over it (expecting the claim last), the stream keeping the last of each."""
+    dag = fan_out(4, 0.01)
+    async with floor_deployment(nats_url, "rfloortest") as coordinator:
+        await coordinator.run("recorded", dag)
+        info = await coordinator.js.stream_info("rfloortestF")
+        last = await coordinator.js.get_last_msg("rfloortestF", "rfloortestF.1.1")
+    assert info.state.messages == len(dag) and info.state.last_seq == 2 * len(dag)
+    assert last.data == b"result"
 
 
 @pytest.mark.anyio
