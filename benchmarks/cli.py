@@ -46,7 +46,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="seed of the tool-time draws (default 2024)")
     parser.add_argument("--no-peers", action="store_true", help="skip LangGraph/AutoGen Core")
     parser.add_argument("--tool-effects", choices=("default", "none"),
-                        help="effects the overhead suite's tools declare (default: default; "
+                        help="effects the overhead and concurrent suites' tools declare "
+                             "(default: default; "
                              "none: no records of finished attempts, docs/tools.md)")
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help=f"directory for the results (default {RESULTS})")

@@ -78,9 +78,9 @@ class BenchConfig:
     cpu_max_runs: int = 20
     """Most runs of one workload in the overhead suite, CPU top-up runs included."""
     tool_effects: str = "default"
-    """The ``effects`` the overhead suite's team declares for its tools (``echo``,
-    ``sleep``): ``none`` (they only compute) spares their steps the records of finished
-    attempts (docs/tools.md)."""
+    """The ``effects`` the overhead and concurrent suites' teams declare for their tools
+    (``echo``, ``sleep``): ``none`` (they only compute) spares their steps the records of
+    finished attempts (docs/tools.md)."""
 
     def reps_for(self, steps: int) -> int:
         """Repetitions of a workload of this many steps."""

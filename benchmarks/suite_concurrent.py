@@ -84,8 +84,10 @@ def busy_children(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 async def _measure(nats_url: str, dag: Dag, runs: int, planners: int, model_url: str,
-                   tmp: Path, server_pid: int | None, load: int = 0) -> dict[str, Any]:
-    data = scripted.team_data(model_url, {ROLE: ["echo", "sleep"]}, concurrency=1024)
+                   tmp: Path, server_pid: int | None, load: int = 0,
+                   tool_effects: str = "default") -> dict[str, Any]:
+    data = scripted.team_data(model_url, {ROLE: ["echo", "sleep"]}, concurrency=1024,
+                              tool_effects=tool_effects)
     tag = f"{planners}-{load}"
     team_file = tmp / f"team-{tag}.toml"
     team_file.write_text(scripted.team_toml(data))
@@ -133,12 +135,14 @@ async def run_concurrent(nats_url: str, config: BenchConfig, progress: Callable[
         async with open_scripted_model_server(scripted.scenario(rules, 1.0)) as model:
             for planners, busy in ((1, 0), (2, 0), (1, load)):
                 row = await _measure(nats_url, dag, config.concurrent_runs, planners,
-                                     model.base_url, Path(tmp), server_pid, busy)
+                                     model.base_url, Path(tmp), server_pid, busy,
+                                     config.tool_effects)
                 rows.append(row)
                 progress(f"concurrent: {row['what']}: {row['steps_per_s']:.0f} steps/s, "
                          f"runs per planner {row['runs_per_planner']}")
     floor = await run_concurrent_floor(nats_url, config, server_pid, progress)
     quiet = rows[0]["steps_per_s"]
     return {"workload": dag.name, "rows": rows, "floor": floor,
+            "tool_effects": config.tool_effects,
             "loaded_over_quiet": rows[2]["steps_per_s"] / quiet,
             "plancast_over_floor": quiet / floor["steps_per_s"]}

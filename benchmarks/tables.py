@@ -125,9 +125,7 @@ def _overhead(o: dict[str, Any]) -> list[str]:
         table(PLANCAST_COLUMNS, o["rows"]), "",
         PLANCAST_NOTE, "",
     ]
-    if o.get("tool_effects", "default") != "default":
-        lines += [f"(The tools `echo` and `sleep` declare `effects = \"{o['tool_effects']}\"` "
-                  "here: `--tool-effects`.)", ""]
+    lines += _effects_said(o)
     if any("stored_total" in row for row in o["rows"]):
         lines += ["### Stored messages per step", "", table(STORED_COLUMNS, o["rows"]), "",
                   STORED_NOTE, ""]
@@ -185,6 +183,15 @@ CONCURRENT_COLUMNS: list[Column] = [
 ]
 
 
+def _effects_said(suite: dict[str, Any]) -> list[str]:
+    """A line saying the suite's tools declared another ``effects``, if they did."""
+    effects = suite.get("tool_effects", "default")
+    if effects == "default":
+        return []
+    return [f"(The tools `echo` and `sleep` declare `effects = \"{effects}\"` here: "
+            "`--tool-effects`.)", ""]
+
+
 def _yes_no(row: dict[str, Any]) -> dict[str, Any]:
     even = row.get("split_even")
     return {**row, "split_even": None if even is None else ("yes" if even else "no")}
@@ -196,6 +203,7 @@ def _concurrent(p: dict[str, Any]) -> list[str]:
         rows.append(p["floor"])
     lines = [f"## Concurrent runs ({p['workload']} each, submitted at once)", "",
              table(CONCURRENT_COLUMNS, rows), ""]
+    lines += _effects_said(p)
     if "loaded_over_quiet" in p:
         lines += [f"loaded ÷ quiet (1 planner): {fmt(p['loaded_over_quiet'], 2)}; bus alone "
                   f"÷ plancast (1 planner, quiet): {fmt(1 / p['plancast_over_floor'], 2)}.", ""]
