@@ -32,6 +32,7 @@ from .config import BenchConfig
 from .dag import Dag
 from .deploy import new_prefix, settings_for
 from .floor_concurrent import run_concurrent_floor
+from .stored import KINDS, ended, stored
 from .trace import RunTrace, run_goal
 from .workers import cpu_seconds, wait_for_consumer, wait_for_planners, worker_process
 from .workloads import fan_out
@@ -106,11 +107,14 @@ async def _measure(nats_url: str, dag: Dag, runs: int, planners: int, model_url:
             pids = {"planner": [p.pid for p in procs], "executor": [worker.pid],
                     "nats": [server_pid] if server_pid else [], "bench": [os.getpid()],
                     "load": [p.pid for p in busy]}
+            before = await stored(bus)
             cpu0 = {k: [cpu_seconds(pid) for pid in v] for k, v in pids.items()}
             wall, traces = await _burst(bus, dag, runs)
             cpu = {f"cpu_{k}_s": sum(cpu_seconds(pid) - c
                                      for pid, c in zip(v, cpu0[k], strict=True))
                    for k, v in pids.items() if v}
+            await ended(bus, [t.events[0].run_id for t in traces])
+            delta = (await stored(bus)).since(before)
     steps = runs * len(dag)
     what = f"plancast, {planners} planner{'s' if planners > 1 else ''}"
     return {"what": what + (f", {load} busy loop(s) beside" if load else ""),
@@ -118,6 +122,9 @@ async def _measure(nats_url: str, dag: Dag, runs: int, planners: int, model_url:
             "wall_s": wall, "steps_per_s": steps / wall,
             "planner_cpu_s": cpu["cpu_planner_s"],
             "planner_cpu_us": cpu["cpu_planner_s"] / steps * 1e6,
+            "stored_per_run": sum(delta[k] for k in KINDS) / runs,
+            "api_per_run": delta["api"] / runs,
+            "stored_kinds_per_run": {k: delta[k] / runs for k in KINDS},
             **cpu, **split(traces, planners)}
 
 

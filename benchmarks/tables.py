@@ -179,6 +179,7 @@ CONCURRENT_COLUMNS: list[Column] = [
     ("runs per planner", "runs_per_planner", 0), ("split within 60/40", "split_even", 0),
     ("planner CPU µs/step", "planner_cpu_us", 0), ("planner CPU s", "cpu_planner_s", 3),
     ("executor CPU s", "cpu_executor_s", 3), ("nats-server CPU s", "cpu_nats_s", 3),
+    ("stored msgs/run", "stored_per_run", 1), ("JetStream API calls/run", "api_per_run", 1),
     ("benchmark CPU s", "cpu_bench_s", 3), ("busy loops CPU s", "cpu_load_s", 3),
 ]
 
@@ -218,7 +219,11 @@ CONCURRENT_NOTE = (
     "each submission to one planner at random); planner CPU µs/step = the planner "
     "processes' CPU time ÷ all steps. CPU s = each process's CPU time (user + system, /proc) "
     "over the measured burst: planner(s), executors, nats-server, and the benchmark's own "
-    "process (submitting, following every run's events, the scripted model). The loaded "
+    "process (submitting, following every run's events, the scripted model). stored "
+    "msgs/run: messages the streams stored per run (tasks, claims and results, events, "
+    "fences, records of finished attempts, run-state writes; as in the overhead suite's "
+    "table); JetStream API calls/run: the account's (consumer creates and deletes, "
+    "gets; the counting's own dozen included). The loaded "
     "row: the same burst with one CPU-bound child process per core (a busy loop, at the "
     "benchmark's priority) beside it, standing for a second benchmark using the machine. "
     "bus alone (`benchmarks/floor_concurrent.py`): the same runs at once with nothing but "

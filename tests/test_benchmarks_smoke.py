@@ -77,6 +77,13 @@ def test_quick_benchmark_writes_results(tmp_path: Path) -> None:
         assert row["split_even"] == (max(shares) <= 0.6 * runs if row["planners"] > 1
                                      else None)
         assert {"cpu_planner_s", "cpu_executor_s", "cpu_nats_s", "cpu_bench_s"} <= row.keys()
+        # per run at least its tasks (each step's and the synthesis), a result, its fence
+        # and two records of each step's finished attempt; the counting's calls at least
+        kinds = row["stored_kinds_per_run"]
+        assert kinds["tasks"] == row["steps_per_run"] + 1 and kinds["fences"] == 1
+        assert kinds["finished"] == 2 * row["steps_per_run"] and kinds["outcomes"] >= 1
+        assert row["stored_per_run"] == pytest.approx(sum(kinds.values()))
+        assert row["api_per_run"] > 0
     assert concurrent[2]["cpu_load_s"] > 0  # the busy loops ran beside the loaded burst
     floor = suite["floor"]
     assert floor["runs"] == runs and floor["steps_per_s"] > 0
