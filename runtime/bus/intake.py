@@ -79,15 +79,11 @@ class Intake:
     ) -> None:
         started, absence = False, _Absence(self.name, source.consumer)
         while True:  # (re)bind the consumer: a failover may lose it or time its creation out
-            psub = await bind(self.bus, source, config, self.name)
+            await bind(self.bus, source, config, self.name)
             if not started:
                 task_status.started(scope)
                 started = True
-            try:
-                await self._fetch_loop(source, decoder, config.max_deliver or 1, absence)
-            finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await psub.unsubscribe()
+            await self._fetch_loop(source, decoder, config.max_deliver or 1, absence)
 
     async def _fetch_loop(self, source: WorkQueue, decoder: Any, max_deliver: int,
                           absence: _Absence) -> None:

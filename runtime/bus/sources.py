@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from nats.errors import Error as NatsError
@@ -99,19 +99,28 @@ async def _existing(bus: Bus, source: WorkQueue, who: str) -> None:
             delay = min(delay * 2, 1.0)
 
 
-async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str) -> Any:
-    """Bind to the durable consumer, retrying through leader elections and reconnects.
+async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str) -> None:
+    """Make sure the durable consumer is there, retrying through leader elections and
+    reconnects (its messages are pulled by ``runtime.bus.pull``, on an inbox of its own).
 
-    A user without provisioning rights (``plancast auth init``) only binds: the consumer
-    must exist, made by ``plancast provision``."""
+    A user without provisioning rights (``plancast auth init``) only checks: the consumer
+    must exist, made by ``plancast provision``. A consumer the actor makes itself (a run's
+    outcomes) is made, or found as it is, in one call; a provisioned one is made only if
+    missing, never changed."""
     if source.provisioned and not bus.provisions:
         await _existing(bus, source, who)
-    delay = 0.1
+        return
+    stream, delay = stream_name(bus.prefix, source.stream), 0.1
     while True:
         try:
-            return await bus.js.pull_subscribe(
-                source.subject, durable=source.consumer,
-                stream=stream_name(bus.prefix, source.stream), config=config)
+            if source.provisioned:
+                try:
+                    await bus.js.consumer_info(stream, source.consumer)
+                    return
+                except NotFoundError:
+                    pass
+            await bus.js.add_consumer(stream, config=config)
+            return
         except (NatsError, TimeoutError) as exc:
             log.warning("%s: binding consumer %s failed (%s); retrying in %.1fs",
                         who, source.consumer, exc, delay)
