@@ -60,11 +60,11 @@ from runtime.bus import (
     Fenced,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NotFoundError,
     consumer_config,
     current_values,
     describe,
     is_transient,
+    make_if_missing,
 )
 from runtime.client import check_plan
 from runtime.config import RoleOption, plan_roles, request_problem
@@ -315,18 +315,14 @@ class Planner(RoleActor):
         made it yet, or may be cut off or stopped (chaos seed 51: the only planner that
         could answer was partitioned past the submitter's deadline). The driver binds to
         the consumer made here; one made as the run ended is removed again."""
-        results = stream_name(self.bus.prefix, Stream.RESULTS)
         queue = self._outcomes(run_id)
-        try:
-            await self.bus.js.consumer_info(results, queue.consumer)
+        if not await make_if_missing(self.bus, queue, consumer_config(queue, self.settings)):
             return
-        except NotFoundError:
-            pass
-        await self.bus.js.add_consumer(results, config=consumer_config(queue, self.settings))
         known = await self._known(run_id)
         if known is None or known[0].status != "active":
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.bus.js.delete_consumer(results, queue.consumer)
+                await self.bus.js.delete_consumer(
+                    stream_name(self.bus.prefix, Stream.RESULTS), queue.consumer)
 
     async def _take_back(self, record: RunRecord, revision: int) -> anyio.Event | None:
         """Drive a run of ours that nobody drives; None if its record changed meanwhile

@@ -95,11 +95,11 @@ async def executor(url: str, name: str) -> None:
         spawn(js.publish(reply, body) if stored else nc.publish(reply, body))
 
     async def step(tasks: Tasks, step_id: int, seconds: float) -> None:
-        record = f"{tasks.records}.{step_id}"
-        if tasks.records:  # the attempt's claim, then its result over it
-            claim = await js.publish(record, b"claim", headers={EXPECT: "0"})
+        record = f"{tasks.records}.{step_id}"  # the attempt's claim, then its result over it
+        claim = await js.publish(record, b"claim", headers={EXPECT: "0"}) \
+            if tasks.records else None
         await asyncio.sleep(seconds)
-        if tasks.records:
+        if claim is not None:
             await js.publish(record, b"result", headers={EXPECT: str(claim.seq)})
         key = (tasks.reply, tasks.stored)
         if key not in ended:

@@ -88,6 +88,7 @@ from .sources import Source as Source
 from .sources import Subscription as Subscription
 from .sources import WorkQueue as WorkQueue
 from .sources import consumer_config as consumer_config
+from .sources import make_if_missing as make_if_missing
 from .sources import on as on
 from .stream_reader import HEARTBEAT as HEARTBEAT
 from .stream_reader import StreamReader as StreamReader
@@ -165,6 +166,7 @@ __all__ = (
     "holding",
     "inbox_prefix",
     "is_transient",
+    "make_if_missing",
     "meta_leader_elected",
     "nuid",
     "offloaded",

@@ -99,6 +99,18 @@ async def _existing(bus: Bus, source: WorkQueue, who: str) -> None:
             delay = min(delay * 2, 1.0)
 
 
+async def make_if_missing(bus: Bus, source: WorkQueue, config: api.ConsumerConfig) -> bool:
+    """Make the durable consumer unless it exists (one that does is never changed);
+    whether it was made here."""
+    stream = stream_name(bus.prefix, source.stream)
+    try:
+        await bus.js.consumer_info(stream, source.consumer)
+        return False
+    except NotFoundError:
+        await bus.js.add_consumer(stream, config=config)
+        return True
+
+
 async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str) -> None:
     """Make sure the durable consumer is there, retrying through leader elections and
     reconnects (its messages are pulled by ``runtime.bus.pull``, on an inbox of its own).
@@ -110,16 +122,14 @@ async def bind(bus: Bus, source: WorkQueue, config: api.ConsumerConfig, who: str
     if source.provisioned and not bus.provisions:
         await _existing(bus, source, who)
         return
-    stream, delay = stream_name(bus.prefix, source.stream), 0.1
+    delay = 0.1
     while True:
         try:
             if source.provisioned:
-                try:
-                    await bus.js.consumer_info(stream, source.consumer)
-                    return
-                except NotFoundError:
-                    pass
-            await bus.js.add_consumer(stream, config=config)
+                await make_if_missing(bus, source, config)
+            else:
+                await bus.js.add_consumer(stream_name(bus.prefix, source.stream),
+                                          config=config)
             return
         except (NatsError, TimeoutError) as exc:
             log.warning("%s: binding consumer %s failed (%s); retrying in %.1fs",
